@@ -1,0 +1,83 @@
+"""The listener's event handling and error containment, with events built by ``fromJson``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from wmobs.testing import MetricsRecorder, progress_json, state_operator
+
+listener_mod = pytest.importorskip("pyspark.sql.streaming.listener")
+from wmobs._listener import WmobsListener, progress_dict  # noqa: E402
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def rec() -> Iterator[MetricsRecorder]:
+    recorder = MetricsRecorder(clock=lambda: NOW)
+    yield recorder
+    recorder.shutdown()
+
+
+def _progress_event(**kw: Any) -> Any:
+    body = json.loads(json.dumps(progress_json(**kw)))
+    return listener_mod.QueryProgressEvent.fromJson({"progress": body})
+
+
+def _terminated_event(query_id: str, exception: str | None) -> Any:
+    return listener_mod.QueryTerminatedEvent.fromJson(
+        {
+            "id": query_id,
+            "runId": "00000000-0000-4000-8000-000000000002",
+            "exception": exception,
+            "errorClassOnException": None,
+        }
+    )
+
+
+def test_progress_dict_reuses_parsed_json() -> None:
+    event = _progress_event()
+    assert progress_dict(event.progress) is event.progress._jdict
+    assert progress_dict(json.dumps({"id": "x"})) == {"id": "x"}
+
+
+def test_events_update_metrics_and_log(rec: MetricsRecorder) -> None:
+    listener = WmobsListener(rec.tracker, [rec.instruments], logger=structlog.get_logger())
+    event = _progress_event(
+        watermark=NOW - 12, state_operators=[state_operator(dropped_by_watermark=2)]
+    )
+    with capture_logs() as logs:
+        listener.onQueryProgress(event)
+        listener.onQueryTerminated(_terminated_event(event.progress["id"], "boom\n at x"))
+    assert listener.errors == 0
+    assert rec.value("wmobs_batch_duration_seconds_count", query="q") == 1
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="failed") == 1
+    by_event = {entry["event"]: entry for entry in logs}
+    assert by_event["wmobs.progress"]["delay_s"] == 12.0
+    assert by_event["wmobs.progress"]["log_level"] == "debug"
+    assert by_event["wmobs.rows_dropped_by_watermark"]["rows"] == 2
+    assert by_event["wmobs.query_failed"]["exception"] == "boom"
+    assert by_event["wmobs.query_failed"]["log_level"] == "error"
+
+
+def test_internal_errors_are_logged_and_swallowed(rec: MetricsRecorder) -> None:
+    def broken_hook(*_: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    listener = WmobsListener(rec.tracker, [rec.instruments], on_progress=broken_hook)
+    with capture_logs() as logs:
+        listener.onQueryProgress(_progress_event())  # hook raises
+        listener.onQueryProgress(object())  # type: ignore[arg-type]  # not an event at all
+        listener.onQueryTerminated(None)  # type: ignore[arg-type]
+        listener.onQueryIdle(None)  # type: ignore[arg-type]
+        listener.onQueryStarted(None)  # type: ignore[arg-type]
+    assert listener.errors == 5
+    assert [e["event"] for e in logs].count("wmobs.listener_error") == 5
+    # the update that preceded the hook's failure still counted
+    assert rec.value("wmobs_input_rows_total", query="q") == 10

@@ -1,0 +1,273 @@
+"""Snapshot and metric logic from progress JSON: no JVM, no Spark session."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from wmobs._tracker import parse_timestamp
+from wmobs.metrics import BATCH_DURATION_BUCKETS
+from wmobs.observations import ACTIONS, POLICIES, parse_observed_metrics, policy_column
+from wmobs.testing import MetricsRecorder, iso, progress_json, state_operator
+
+NOW = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def rec(clock: Clock) -> Iterator[MetricsRecorder]:
+    recorder = MetricsRecorder(clock=clock)
+    yield recorder
+    recorder.shutdown()
+
+
+def test_parse_timestamp_handles_spark_iso_and_epoch() -> None:
+    assert parse_timestamp("2027-01-15T08:00:00.250Z") == pytest.approx(1_800_000_000.25)
+    assert parse_timestamp(iso(NOW)) == NOW
+    assert parse_timestamp("1970-01-01T00:00:00.000Z") is None  # Spark's "no watermark yet"
+    assert parse_timestamp(None) is None
+    assert parse_timestamp("") is None
+
+
+def test_watermark_delay_is_computed_at_collection(rec: MetricsRecorder, clock: Clock) -> None:
+    rec.tracker.on_progress(progress_json(watermark=NOW - 30, event_time_max=NOW - 20))
+    assert rec.value("wmobs_watermark_delay_seconds", query="q") == 30.0
+    assert rec.value("wmobs_watermark_timestamp_seconds", query="q") == NOW - 30
+    assert rec.value("wmobs_event_time_lag_seconds", query="q") == 20.0
+    clock.now += 45  # a stalled query: no event, the delay keeps growing
+    assert rec.value("wmobs_watermark_delay_seconds", query="q") == 75.0
+    assert rec.value("wmobs_event_time_lag_seconds", query="q") == 65.0
+
+
+def test_largest_watermark_wins(rec: MetricsRecorder) -> None:
+    rec.tracker.on_progress(progress_json(batch_id=0, watermark=NOW - 10))
+    rec.tracker.on_progress(progress_json(batch_id=1, watermark=NOW - 50))  # never goes back
+    assert rec.value("wmobs_watermark_timestamp_seconds", query="q") == NOW - 10
+
+
+def test_epoch_watermark_and_no_watermark_export_no_time_gauges(rec: MetricsRecorder) -> None:
+    rec.tracker.on_progress(progress_json(name="epoch", watermark=0))
+    rec.tracker.on_progress(progress_json(name="none", watermark=None))
+    for query in ("epoch", "none"):
+        assert rec.value("wmobs_watermark_delay_seconds", query=query) is None
+        assert rec.value("wmobs_watermark_timestamp_seconds", query=query) is None
+        assert rec.value("wmobs_input_rows_total", query=query) == 10
+    body = progress_json(name="none", watermark=None)
+    assert "eventTime" not in body
+
+
+def test_input_rows_counted_across_batches(rec: MetricsRecorder) -> None:
+    for batch, rows in enumerate([5, 0, 7, 11]):
+        rec.tracker.on_progress(progress_json(batch_id=batch, rows=rows))
+    assert rec.value("wmobs_input_rows_total", query="q") == 23
+
+
+def test_source_idle_counts_from_end_of_last_batch_with_rows(
+    rec: MetricsRecorder, clock: Clock
+) -> None:
+    rec.tracker.on_progress(progress_json(timestamp=NOW - 100, duration_ms=2000, rows=3))
+    rec.tracker.on_progress(progress_json(timestamp=NOW - 50, duration_ms=1000, rows=0))
+    assert rec.value("wmobs_source_idle_seconds", query="q") == pytest.approx(98.0)
+    clock.now += 10
+    assert rec.value("wmobs_source_idle_seconds", query="q") == pytest.approx(108.0)
+
+
+def test_source_idle_absent_before_any_input(rec: MetricsRecorder) -> None:
+    rec.tracker.on_progress(progress_json(rows=0))
+    assert rec.value("wmobs_source_idle_seconds", query="q") is None
+
+
+def test_idle_event_keeps_gauges_growing(rec: MetricsRecorder, clock: Clock) -> None:
+    body = progress_json(watermark=NOW - 5)
+    rec.tracker.on_progress(body)
+    assert rec.tracker.on_idle(body["id"]) == "q"
+    assert rec.tracker.on_idle("unknown-id") is None
+    clock.now += 60
+    assert rec.value("wmobs_watermark_delay_seconds", query="q") == 65.0
+
+
+def test_termination_hides_time_gauges_and_counts_outcome(
+    rec: MetricsRecorder,
+) -> None:
+    body = progress_json(
+        watermark=NOW - 5,
+        event_time_max=NOW - 1,
+        state_operators=[state_operator(rows_total=4)],
+    )
+    rec.tracker.on_progress(body)
+    assert rec.value("wmobs_query_active", query="q") == 1
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="stopped") == 0
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="failed") == 0
+
+    rec.tracker.on_terminated(body["id"], exception=None)
+    assert rec.value("wmobs_query_active", query="q") == 0
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="stopped") == 1
+    for name in (
+        "wmobs_watermark_delay_seconds",
+        "wmobs_watermark_timestamp_seconds",
+        "wmobs_event_time_lag_seconds",
+        "wmobs_source_idle_seconds",
+    ):
+        assert rec.value(name, query="q") is None, name
+    assert rec.value("wmobs_state_rows", query="q", operator="stateStoreSave") is None
+    # counters survive termination
+    assert rec.value("wmobs_input_rows_total", query="q") == 10
+
+    # a restart (same id, new run) is active again and keeps its counters
+    rec.tracker.on_started(body["id"], "run-2", "q")
+    rec.tracker.on_progress(progress_json(batch_id=1, rows=2))
+    assert rec.value("wmobs_query_active", query="q") == 1
+    assert rec.value("wmobs_input_rows_total", query="q") == 12
+    rec.tracker.on_terminated(body["id"], exception="java.lang.RuntimeException: boom\n\tat x")
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="failed") == 1
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="stopped") == 1
+
+
+def test_multiple_queries_have_separate_series(rec: MetricsRecorder) -> None:
+    rec.tracker.on_progress(progress_json(name="a", rows=3, watermark=NOW - 10))
+    rec.tracker.on_progress(progress_json(name="b", rows=4, watermark=NOW - 20))
+    assert rec.value("wmobs_input_rows_total", query="a") == 3
+    assert rec.value("wmobs_input_rows_total", query="b") == 4
+    assert rec.value("wmobs_watermark_delay_seconds", query="a") == 10.0
+    assert rec.value("wmobs_watermark_delay_seconds", query="b") == 20.0
+
+
+def test_unnamed_query_is_labelled_by_id_not_run_id(rec: MetricsRecorder) -> None:
+    body = progress_json(name=None, id="7d7f3a3e-0000-4000-8000-000000000001", run_id="r-1")
+    rec.tracker.on_progress(body)
+    assert rec.value("wmobs_input_rows_total", query="7d7f3a3e-0000-4000-8000-000000000001") == 10
+    assert rec.value("wmobs_input_rows_total", query="r-1") is None
+
+
+def test_state_operators_and_drops(rec: MetricsRecorder) -> None:
+    ops = [state_operator(rows_total=7, dropped_by_watermark=2, memory_bytes=4096)]
+    rec.tracker.on_progress(progress_json(batch_id=0, state_operators=ops))
+    ops = [state_operator(rows_total=9, dropped_by_watermark=3, memory_bytes=8192)]
+    summary = rec.tracker.on_progress(progress_json(batch_id=1, state_operators=ops))
+    assert summary.rows_dropped_by_watermark == 3
+    labels = {"query": "q", "operator": "stateStoreSave"}
+    assert rec.value("wmobs_rows_dropped_by_watermark_total", **labels) == 5
+    assert rec.value("wmobs_state_rows", **labels) == 9
+    assert rec.value("wmobs_state_memory_bytes", **labels) == 8192
+
+
+def test_repeated_operator_names_get_positions(rec: MetricsRecorder) -> None:
+    ops = [state_operator("stateStoreSave", rows_total=1), state_operator("stateStoreSave")]
+    rec.tracker.on_progress(progress_json(state_operators=ops))
+    assert rec.value("wmobs_state_rows", query="q", operator="stateStoreSave#0") == 1
+    assert rec.value("wmobs_state_rows", query="q", operator="stateStoreSave#1") == 0
+
+
+def test_batch_duration_histogram_uses_second_buckets() -> None:
+    rec = MetricsRecorder()
+    rec.instruments.record_batch_duration("q", 0.3)
+    rec.instruments.record_batch_duration("q", 42.0)
+    assert rec.value("wmobs_batch_duration_seconds_count", query="q") == 2
+    assert rec.value("wmobs_batch_duration_seconds_sum", query="q") == pytest.approx(42.3)
+    assert rec.value("wmobs_batch_duration_seconds_bucket", query="q", le="0.5") == 1
+    assert rec.value("wmobs_batch_duration_seconds_bucket", query="q", le="60.0") == 2
+    assert BATCH_DURATION_BUCKETS[-1] >= 600
+
+
+def test_observed_metrics_follow_the_naming_convention(rec: MetricsRecorder) -> None:
+    observed = {
+        "wmobs.policy.p1": {
+            policy_column("late_arrival", "adjusted"): 4,
+            policy_column("early_arrival", "dropped"): 1,
+            "dead_letter_rows": 1,
+            "weird": 9,
+        },
+        "wmobs": {"idle_timeout_firings": 2, policy_column("late_arrival", "adjusted"): None},
+        "someone_else": {policy_column("late_arrival", "adjusted"): 100},
+    }
+    summary = rec.tracker.on_progress(progress_json(batch_id=0, observed=observed))
+    assert summary.unknown_columns == ("wmobs.policy.p1.weird",)
+    rec.tracker.on_progress(progress_json(batch_id=1, observed=observed))
+    late = {"query": "q", "policy": "late_arrival", "action": "adjusted"}
+    assert rec.value("wmobs_policy_events_total", **late) == 8
+    early = {"query": "q", "policy": "early_arrival", "action": "dropped"}
+    assert rec.value("wmobs_policy_events_total", **early) == 2
+    # every known label set exists, at 0
+    for policy in POLICIES:
+        for action in ACTIONS:
+            labels = {"query": "q", "policy": policy, "action": action}
+            assert rec.value("wmobs_policy_events_total", **labels) is not None
+    assert rec.value("wmobs_dead_letter_rows_total", query="q") == 2
+    assert rec.value("wmobs_idle_timeout_firings_total", query="q") == 4
+
+
+def test_queries_without_observations_export_no_policy_series(rec: MetricsRecorder) -> None:
+    rec.tracker.on_progress(progress_json())
+    assert not {n for n in rec.names() if n.startswith("wmobs_policy_events")}
+    assert rec.value("wmobs_dead_letter_rows_total", query="q") is None
+
+
+def test_policy_column_rejects_unknown_labels() -> None:
+    with pytest.raises(ValueError, match="policy must be one of"):
+        policy_column("too_late", "dropped")
+    assert parse_observed_metrics(None).empty
+
+
+def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
+    """Every name of DESIGN.md §3 that progress can provide is exposed, exactly so."""
+    ops = [state_operator(rows_total=1, dropped_by_watermark=1)]
+    observed = {"wmobs": {"dead_letter_rows": 0, "idle_timeout_firings": 0}}
+    body = progress_json(
+        watermark=NOW - 1, event_time_max=NOW, state_operators=ops, observed=observed
+    )
+    rec.tracker.on_progress(body)
+    rec.instruments.record_batch_duration("q", 0.1)
+    expected = {
+        "wmobs_watermark_delay_seconds",
+        "wmobs_watermark_timestamp_seconds",
+        "wmobs_event_time_lag_seconds",
+        "wmobs_source_idle_seconds",
+        "wmobs_input_rows_total",
+        "wmobs_batch_duration_seconds_bucket",
+        "wmobs_batch_duration_seconds_count",
+        "wmobs_batch_duration_seconds_sum",
+        "wmobs_rows_dropped_by_watermark_total",
+        "wmobs_state_rows",
+        "wmobs_state_memory_bytes",
+        "wmobs_policy_events_total",
+        "wmobs_dead_letter_rows_total",
+        "wmobs_idle_timeout_firings_total",
+        "wmobs_query_active",
+        "wmobs_query_terminations_total",
+    }
+    assert {n for n in rec.names() if n.startswith("wmobs_")} == expected
+
+
+def test_closed_tracker_exports_nothing(rec: MetricsRecorder) -> None:
+    rec.tracker.on_progress(progress_json(watermark=NOW - 1))
+    rec.tracker.close()
+    assert rec.value("wmobs_query_active", query="q") is None
+    assert rec.value("wmobs_watermark_delay_seconds", query="q") is None
+
+
+def test_progress_json_roundtrips_through_pyspark_fromjson() -> None:
+    listener = pytest.importorskip("pyspark.sql.streaming.listener")
+    body = progress_json(
+        watermark=NOW - 1,
+        event_time_max=NOW,
+        state_operators=[state_operator()],
+        observed={"wmobs": {"dead_letter_rows": 3}},
+    )
+    event = listener.QueryProgressEvent.fromJson({"progress": json.loads(json.dumps(body))})
+    assert event.progress.name == "q"
+    assert event.progress.observedMetrics["wmobs"]["dead_letter_rows"] == 3
+    assert event.progress.eventTime["watermark"] == iso(NOW - 1)

@@ -1,0 +1,190 @@
+"""The StreamingQueryListener (imports PySpark: loaded only by :func:`wmobs.attach`).
+
+Threading and blocking contract: Spark calls these methods on its listener-bus thread (classic:
+a Py4J callback thread; Spark Connect: the client's event thread, while it holds the bus lock).
+Every callback does O(operators) work in pure Python, no network I/O, no blocking, and never
+raises: an internal error is logged with structlog and swallowed, so a bug in wmobs can never
+stop or slow down a query beyond one dropped event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import structlog
+from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    JStreamingQueryListener,
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+
+from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker
+from wmobs.metrics import Instruments
+
+__all__ = ["WmobsListener"]
+
+
+def _iso(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def progress_dict(progress: Any) -> Mapping[str, Any]:
+    """A ``StreamingQueryProgress`` (or its JSON, or a dict) as the parsed JSON dict.
+
+    Events from Spark Connect and ``fromJson`` keep their parsed JSON: no copy is made.
+    """
+    if isinstance(progress, str):
+        parsed: Mapping[str, Any] = json.loads(progress)
+        return parsed
+    raw = getattr(progress, "_jdict", None)
+    if raw is not None:
+        return raw  # type: ignore[no-any-return]
+    if getattr(progress, "_jprogress", None) is not None:
+        parsed = json.loads(progress.json)
+        return parsed
+    return progress  # type: ignore[no-any-return]
+
+
+class _FastJListener(JStreamingQueryListener):
+    """Classic-mode bridge that reads progress as one JSON string.
+
+    PySpark's own bridge builds a ``StreamingQueryProgress`` with one Py4J round trip per
+    field (dozens per event); two round trips (``progress().json()``) are enough here.
+    """
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        listener = self.pylistener
+        assert isinstance(listener, WmobsListener)
+        try:
+            raw = jevent.progress().json()
+        except Exception:
+            listener._failed("progress")
+            return
+        listener._progress(raw)
+
+
+class WmobsListener(StreamingQueryListener):
+    """Feeds query events into a :class:`~wmobs._tracker.Tracker` and the histogram."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        instruments: list[Instruments],
+        logger: Any = None,
+        on_progress: Callable[[QuerySnapshot, BatchSummary], None] | None = None,
+    ) -> None:
+        self._tracker = tracker
+        self._instruments = instruments
+        self._log = logger if logger is not None else structlog.get_logger("wmobs")
+        self._on_progress = on_progress
+        self._warned_columns: set[str] = set()
+        self.errors = 0
+        """Internal errors logged and swallowed so far (for tests and health checks)."""
+
+    @property
+    def _jlistener(self) -> Any:
+        # Replace PySpark's per-field Py4J conversion of progress events with one JSON read;
+        # fall back to the stock bridge if PySpark's internals ever differ.
+        if not hasattr(self, "_jlistenerobj"):
+            try:
+                from pyspark import SparkContext
+
+                jvm: Any = SparkContext._jvm
+                self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_FastJListener(self))
+            except Exception:
+                return super()._jlistener
+        return self._jlistenerobj
+
+    # ---- error containment ---------------------------------------------------------------
+
+    def _failed(self, callback: str) -> None:
+        self.errors += 1
+        try:
+            self._log.error("wmobs.listener_error", callback=callback, exc_info=True)
+        except Exception:  # a broken logger must not break the query either
+            pass
+
+    # ---- StreamingQueryListener ----------------------------------------------------------
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        try:
+            snap = self._tracker.on_started(str(event.id), str(event.runId), event.name)
+            self._log.info("wmobs.query_started", query=snap.label, run_id=str(event.runId))
+        except Exception:
+            self._failed("onQueryStarted")
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        try:
+            raw = progress_dict(event.progress)
+        except Exception:
+            self._failed("onQueryProgress")
+            return
+        self._progress(raw)
+
+    def _progress(self, raw: str | Mapping[str, Any]) -> None:
+        try:
+            progress = json.loads(raw) if isinstance(raw, str) else raw
+            summary = self._tracker.on_progress(progress)
+            if summary.duration_s is not None:
+                for instruments in self._instruments:
+                    instruments.record_batch_duration(summary.label, summary.duration_s)
+            self._log_progress(summary)
+            if self._on_progress is not None:
+                snap = self._tracker.snapshot(str(progress["id"]))
+                if snap is not None:
+                    self._on_progress(snap, summary)
+        except Exception:
+            self._failed("onQueryProgress")
+
+    def _log_progress(self, summary: BatchSummary) -> None:
+        now = self._tracker.clock()
+        self._log.debug(
+            "wmobs.progress",
+            query=summary.label,
+            batch=summary.batch_id,
+            rows=summary.input_rows,
+            watermark=_iso(summary.watermark),
+            delay_s=None if summary.watermark is None else round(now - summary.watermark, 3),
+        )
+        if summary.rows_dropped_by_watermark:
+            self._log.warning(
+                "wmobs.rows_dropped_by_watermark",
+                query=summary.label,
+                batch=summary.batch_id,
+                rows=summary.rows_dropped_by_watermark,
+            )
+        for column in summary.unknown_columns:
+            if column not in self._warned_columns:
+                self._warned_columns.add(column)
+                self._log.warning("wmobs.unknown_observed_column", column=column)
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        try:
+            label = self._tracker.on_idle(str(event.id))
+            self._log.debug("wmobs.query_idle", query=label, timestamp=event.timestamp)
+        except Exception:
+            self._failed("onQueryIdle")
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        try:
+            snap = self._tracker.on_terminated(str(event.id), event.exception)
+            if event.exception:
+                self._log.error(
+                    "wmobs.query_failed",
+                    query=snap.label,
+                    run_id=str(event.runId),
+                    error_class=event.errorClassOnException,
+                    exception=event.exception.splitlines()[0],
+                )
+            else:
+                self._log.info("wmobs.query_stopped", query=snap.label, run_id=str(event.runId))
+        except Exception:
+            self._failed("onQueryTerminated")

@@ -1,0 +1,212 @@
+"""``wmobs.attach``: one call that wires a listener, the instruments and the exporters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import structlog
+from opentelemetry.metrics import MeterProvider
+
+from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker
+from wmobs.metrics import Instruments
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["Monitor", "attach"]
+
+_log = structlog.get_logger("wmobs")
+
+
+def _otlp_reader(endpoint: str | bool) -> Any:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError(
+            "otlp_endpoint needs the OTLP exporter: pip install 'wmobs[otlp]'"
+        ) from exc
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if endpoint is True:  # everything from the standard OTEL_EXPORTER_OTLP_* variables
+        exporter = OTLPMetricExporter()
+    else:
+        url = str(endpoint)
+        if urlsplit(url).path in ("", "/"):
+            url = url.rstrip("/") + "/v1/metrics"
+        exporter = OTLPMetricExporter(endpoint=url)
+    return PeriodicExportingMetricReader(exporter)
+
+
+class Monitor:
+    """What :func:`attach` returns: the running listener and its exporters.
+
+    ``close()`` removes the listener, stops the endpoint and flushes OTLP; it is idempotent
+    and also runs on leaving a ``with`` block.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        tracker: Tracker,
+        listener: Any,
+        private_provider: SdkMeterProvider | None,
+        server: WSGIServer | None,
+        registry: CollectorRegistry | None,
+        prometheus_addr: str | None,
+    ) -> None:
+        self._spark = spark
+        self.tracker = tracker
+        self.listener = listener
+        self._private_provider = private_provider
+        self._server = server
+        self.registry = registry
+        """The ``prometheus_client`` registry behind the endpoint (``None`` without one)."""
+        self.prometheus_addr = prometheus_addr
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def prometheus_port(self) -> int | None:
+        """The port ``/metrics`` is served on (the one picked when 0 was asked for)."""
+        return None if self._server is None else int(self._server.server_port)
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self._server is None:
+            return None
+        return f"http://{self.prometheus_addr}:{self.prometheus_port}/metrics"
+
+    def snapshot(self, query: str) -> QuerySnapshot | None:
+        """A copy of what wmobs knows of ``query`` (its name, or its id when unnamed)."""
+        return self.tracker.snapshot(query)
+
+    def snapshots(self) -> list[QuerySnapshot]:
+        return self.tracker.snapshots()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._spark.streams.removeListener(self.listener)
+        except Exception:
+            _log.warning("wmobs.remove_listener_failed", exc_info=True)
+        self.tracker.close()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._private_provider is not None:
+            self._private_provider.shutdown()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def attach(
+    spark: Any,
+    *,
+    prometheus_port: int | None = None,
+    prometheus_addr: str = "127.0.0.1",
+    meter_provider: MeterProvider | None = None,
+    otlp_endpoint: str | bool | None = None,
+    logger: Any = None,
+    on_progress: Callable[[QuerySnapshot, BatchSummary], None] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Monitor:
+    """Watch every streaming query of ``spark`` (classic or Spark Connect) and export metrics.
+
+    - ``meter_provider``: the OpenTelemetry provider to create the instruments on; default the
+      global one (``opentelemetry.metrics.get_meter_provider()``), so an application that set
+      up OpenTelemetry gets wmobs' metrics with its own.
+    - ``prometheus_port``: also serve ``/metrics`` on ``prometheus_addr:prometheus_port``
+      (``0`` picks a free port: read ``Monitor.prometheus_port``), from a private provider and
+      registry, so nothing global is touched.
+    - ``otlp_endpoint``: also push over OTLP/HTTP (needs ``wmobs[otlp]``): a URL such as
+      ``http://127.0.0.1:4318``, or ``True`` to take everything from the standard
+      ``OTEL_EXPORTER_OTLP_*`` variables (which also set headers, timeout and compression).
+    - ``logger``: a structlog logger to log with (default ``structlog.get_logger("wmobs")``;
+      wmobs never configures structlog).
+    - ``on_progress``: called with ``(snapshot, batch_summary)`` after each progress event,
+      on Spark's listener thread; keep it quick. Its exceptions are logged and swallowed.
+
+    Queries already running are picked up at once; queries started later, as they start.
+    """
+    from wmobs._listener import WmobsListener
+
+    tracker = Tracker(clock=clock)
+    instruments = [Instruments(tracker, meter_provider)]
+
+    readers: list[Any] = []
+    registry = None
+    if prometheus_port is not None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry
+
+        registry = CollectorRegistry()
+        readers.append(PrometheusMetricReader(registry=registry, scope_info_enabled=False))
+    if otlp_endpoint:
+        readers.append(_otlp_reader(otlp_endpoint))
+    private_provider = None
+    if readers:
+        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+        private_provider = SdkMeterProvider(
+            metric_readers=readers, resource=Resource.create({SERVICE_NAME: "wmobs"})
+        )
+        instruments.append(Instruments(tracker, private_provider))
+
+    server = None
+    if registry is not None:
+        from prometheus_client import start_http_server
+
+        try:
+            server, _thread = start_http_server(
+                int(prometheus_port or 0), addr=prometheus_addr, registry=registry
+            )
+        except OSError:
+            if private_provider is not None:
+                private_provider.shutdown()
+            raise
+
+    listener = WmobsListener(tracker, instruments, logger=logger, on_progress=on_progress)
+    monitor = Monitor(
+        spark, tracker, listener, private_provider, server, registry,
+        prometheus_addr if server is not None else None,
+    )  # fmt: skip
+    try:
+        spark.streams.addListener(listener)
+        # Queries already running: seen now, without undoing an event that raced us.
+        for query in spark.streams.active:
+            tracker.on_seen(str(query.id), str(query.runId), query.name)
+    except BaseException:
+        monitor.close()
+        raise
+    _log.info(
+        "wmobs.attached",
+        metrics_url=monitor.metrics_url,
+        otlp=bool(otlp_endpoint),
+        active_queries=len(tracker.snapshots()),
+    )
+    return monitor

@@ -1,0 +1,258 @@
+"""Per-query snapshots built from streaming-query events (pure Python, no Spark, no JVM).
+
+The listener feeds plain progress JSON (``dict``) into a :class:`Tracker`; the metric callbacks
+read it when collected. Every method is O(1) in the data volume (O(operators) per progress) and
+thread-safe: Spark calls the listener on its own thread, Prometheus scrapes on another.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from wmobs.observations import ACTIONS, POLICIES, parse_observed_metrics
+
+__all__ = [
+    "OUTCOMES",
+    "BatchSummary",
+    "OperatorSnapshot",
+    "QuerySnapshot",
+    "Tracker",
+    "parse_timestamp",
+]
+
+OUTCOMES: tuple[str, ...] = ("stopped", "failed")
+T = TypeVar("T")
+
+
+def parse_timestamp(value: str | None) -> float | None:
+    """Spark's ISO-8601 progress timestamp (``2026-01-01T00:00:00.000Z``) as unix seconds.
+
+    ``None``, an empty string and the epoch (Spark's "no watermark yet") give ``None``.
+    """
+    if not value:
+        return None
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    seconds = datetime.fromisoformat(value).timestamp()
+    return seconds if seconds != 0.0 else None
+
+
+@dataclass
+class OperatorSnapshot:
+    """A stateful operator of a query, labelled by its name (``name#i`` when repeated)."""
+
+    rows_dropped_by_watermark: int = 0
+    state_rows: int | None = None
+    state_memory_bytes: int | None = None
+
+
+@dataclass
+class QuerySnapshot:
+    """What wmobs knows about one query (all runs of it: the id survives restarts)."""
+
+    label: str
+    query_id: str
+    name: str | None = None
+    run_id: str | None = None
+    active: bool = True
+    batch_id: int | None = None
+    watermark: float | None = None
+    """Largest watermark seen, unix seconds; ``None`` until the query has one."""
+    max_event_time: float | None = None
+    """Largest event time seen (``progress.eventTime.max``), unix seconds."""
+    last_data_batch_end: float | None = None
+    """Wall-clock end of the last micro-batch that read input rows, unix seconds."""
+    input_rows: int = 0
+    batches: int = 0
+    operators: dict[str, OperatorSnapshot] = field(default_factory=dict)
+    policy_events: dict[tuple[str, str], int] = field(default_factory=dict)
+    dead_letter_rows: int | None = None
+    idle_timeout_firings: int | None = None
+    terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    last_exception: str | None = None
+
+    def watermark_delay(self, now: float) -> float | None:
+        """Wall clock minus the largest watermark seen; ``None`` without a watermark."""
+        return None if self.watermark is None else now - self.watermark
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What one progress event changed: the listener logs it and records the histogram."""
+
+    label: str
+    batch_id: int
+    input_rows: int
+    duration_s: float | None
+    watermark: float | None
+    rows_dropped_by_watermark: int
+    unknown_columns: tuple[str, ...] = ()
+
+
+def _operator_labels(operators: list[Mapping[str, Any]]) -> list[str]:
+    names = [str(op.get("operatorName") or "operator") for op in operators]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{name}#{i}" for i, name in enumerate(names)]
+
+
+class Tracker:
+    """Thread-safe per-query state, updated by listener events, read by metric callbacks.
+
+    ``clock`` returns unix seconds; tests inject a fake one.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._queries: dict[str, QuerySnapshot] = {}  # by query id
+        self._closed = False
+
+    # ---- updates (listener thread) ---------------------------------------------------
+
+    def _query(self, query_id: str, name: str | None) -> QuerySnapshot:
+        """The snapshot for ``query_id``; call with the lock held."""
+        snap = self._queries.get(query_id)
+        if snap is None:
+            snap = QuerySnapshot(label=name or query_id, query_id=query_id, name=name)
+            self._queries[query_id] = snap
+        return snap
+
+    def on_started(self, query_id: str, run_id: str | None, name: str | None) -> QuerySnapshot:
+        with self._lock:
+            snap = self._query(query_id, name)
+            snap.active = True
+            snap.run_id = run_id
+            return snap
+
+    def on_seen(self, query_id: str, run_id: str | None, name: str | None) -> None:
+        """A query found running at attach: registered unless an event got there first."""
+        with self._lock:
+            if query_id not in self._queries:
+                self._query(query_id, name).run_id = run_id
+
+    def on_progress(self, progress: Mapping[str, Any]) -> BatchSummary:
+        """Fold one ``StreamingQueryProgress`` (as parsed JSON) into the query's snapshot."""
+        query_id = str(progress["id"])
+        batch_id = int(progress.get("batchId", -1))
+        rows = int(progress.get("numInputRows") or 0)
+        durations = progress.get("durationMs") or {}
+        duration_ms = durations.get("triggerExecution", progress.get("batchDuration"))
+        duration_s = None if duration_ms is None else float(duration_ms) / 1000.0
+        event_time = progress.get("eventTime") or {}
+        watermark = parse_timestamp(event_time.get("watermark"))
+        max_event_time = parse_timestamp(event_time.get("max"))
+        batch_end = None
+        if rows > 0:
+            started = parse_timestamp(progress.get("timestamp"))
+            if started is not None:
+                batch_end = started + (duration_s or 0.0)
+        operators = progress.get("stateOperators") or []
+        labels = _operator_labels(operators)
+        observed = parse_observed_metrics(progress.get("observedMetrics"))
+        dropped_total = 0
+
+        with self._lock:
+            snap = self._query(query_id, progress.get("name"))
+            if progress.get("runId") is not None:
+                snap.run_id = str(progress["runId"])
+            snap.active = True
+            snap.batch_id = batch_id
+            snap.batches += 1
+            snap.input_rows += rows
+            if watermark is not None and (snap.watermark is None or watermark > snap.watermark):
+                snap.watermark = watermark
+            if max_event_time is not None and (
+                snap.max_event_time is None or max_event_time > snap.max_event_time
+            ):
+                snap.max_event_time = max_event_time
+            if batch_end is not None:
+                snap.last_data_batch_end = batch_end
+            for label, op in zip(labels, operators):
+                state = snap.operators.get(label)
+                if state is None:
+                    state = snap.operators[label] = OperatorSnapshot()
+                dropped = int(op.get("numRowsDroppedByWatermark") or 0)
+                dropped_total += dropped
+                state.rows_dropped_by_watermark += dropped
+                if op.get("numRowsTotal") is not None:
+                    state.state_rows = int(op["numRowsTotal"])
+                if op.get("memoryUsedBytes") is not None:
+                    state.state_memory_bytes = int(op["memoryUsedBytes"])
+            if not observed.empty:
+                if not snap.policy_events:
+                    # Known label sets start at 0, so rate() and alerts see them.
+                    snap.policy_events = {(p, a): 0 for p in POLICIES for a in ACTIONS}
+                for key, count in observed.policy_events.items():
+                    snap.policy_events[key] += count
+                if observed.dead_letter_rows is not None:
+                    snap.dead_letter_rows = (snap.dead_letter_rows or 0) + observed.dead_letter_rows
+                if observed.idle_timeout_firings is not None:
+                    snap.idle_timeout_firings = (
+                        snap.idle_timeout_firings or 0
+                    ) + observed.idle_timeout_firings
+            label = snap.label
+
+        return BatchSummary(
+            label=label,
+            batch_id=batch_id,
+            input_rows=rows,
+            duration_s=duration_s,
+            watermark=watermark,
+            rows_dropped_by_watermark=dropped_total,
+            unknown_columns=tuple(observed.unknown_columns),
+        )
+
+    def on_idle(self, query_id: str) -> str | None:
+        """An idle event: nothing to fold (the time gauges grow by themselves); the label."""
+        with self._lock:
+            snap = self._queries.get(query_id)
+            return None if snap is None else snap.label
+
+    def on_terminated(self, query_id: str, exception: str | None) -> QuerySnapshot:
+        outcome = "failed" if exception else "stopped"
+        with self._lock:
+            snap = self._query(query_id, None)
+            snap.active = False
+            snap.terminations[outcome] += 1
+            snap.last_exception = exception
+            return copy.deepcopy(snap)
+
+    def close(self) -> None:
+        """Stop exporting: metric callbacks of a closed tracker observe nothing."""
+        with self._lock:
+            self._closed = True
+
+    # ---- reads (collection thread) ---------------------------------------------------
+
+    def snapshot(self, query: str) -> QuerySnapshot | None:
+        """A copy of the snapshot of ``query`` (its label or its id)."""
+        with self._lock:
+            snap = self._queries.get(query)
+            if snap is None:
+                snap = next((s for s in self._queries.values() if s.label == query), None)
+            return None if snap is None else copy.deepcopy(snap)
+
+    def snapshots(self) -> list[QuerySnapshot]:
+        with self._lock:
+            return [copy.deepcopy(s) for s in self._queries.values()]
+
+    def observe(self, fn: Callable[[QuerySnapshot, float], Iterable[T]]) -> list[T]:
+        """Apply ``fn(snapshot, now)`` to every query under the lock; nothing once closed.
+
+        For metric callbacks: ``fn`` must be quick and must not keep the snapshot.
+        """
+        with self._lock:
+            if self._closed:
+                return []
+            now = self.clock()
+            out: list[T] = []
+            for snap in self._queries.values():
+                out.extend(fn(snap, now))
+            return out

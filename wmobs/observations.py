@@ -1,0 +1,122 @@
+"""The naming convention that links operator-side counters to the listener.
+
+Operator-side producers (wmobs' own time policies, or any code of yours) count rows with
+:meth:`pyspark.sql.DataFrame.observe`. The listener reads every observation of a query's
+``progress.observedMetrics`` whose **name** is ``wmobs`` or starts with ``wmobs.`` (for
+example ``wmobs.policy.sensors``), adds up its **columns** across observations and batches, and
+exports them:
+
+=================================  ===================================================
+column                             exported as
+=================================  ===================================================
+``policy:<policy>:<action>``       ``wmobs_policy_events_total{policy, action}``
+``dead_letter_rows``               ``wmobs_dead_letter_rows_total``
+``idle_timeout_firings``           ``wmobs_idle_timeout_firings_total``
+=================================  ===================================================
+
+``<policy>`` is one of :data:`POLICIES` and ``<action>`` one of :data:`ACTIONS`; other columns
+of a ``wmobs`` observation are ignored (and logged once), so the label values stay bounded.
+Every value is the count **for that micro-batch** (``observe`` resets per batch); ``null``
+counts as 0. Example::
+
+    from pyspark.sql import functions as F
+    from wmobs.observations import policy_column
+
+    df = df.observe(
+        "wmobs.policy.sensors",
+        F.count_if(F.col("late")).alias(policy_column("late_arrival", "dropped")),
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ACTIONS",
+    "DEAD_LETTER_COLUMN",
+    "IDLE_TIMEOUT_COLUMN",
+    "OBSERVATION_PREFIX",
+    "POLICIES",
+    "ObservedCounts",
+    "is_wmobs_observation",
+    "parse_observed_metrics",
+    "policy_column",
+]
+
+OBSERVATION_PREFIX = "wmobs"
+POLICIES: tuple[str, ...] = ("early_arrival", "late_arrival", "out_of_order", "invalid_time")
+ACTIONS: tuple[str, ...] = ("adjusted", "dropped")
+DEAD_LETTER_COLUMN = "dead_letter_rows"
+IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
+
+_POLICY_COLUMNS: dict[str, tuple[str, str]] = {
+    f"policy:{p}:{a}": (p, a) for p in POLICIES for a in ACTIONS
+}
+
+
+def policy_column(policy: str, action: str) -> str:
+    """The observed column name that counts rows of ``policy`` given ``action``."""
+    column = f"policy:{policy}:{action}"
+    if column not in _POLICY_COLUMNS:
+        raise ValueError(
+            f"unknown policy/action {policy!r}/{action!r}: policy must be one of {POLICIES}, "
+            f"action one of {ACTIONS}"
+        )
+    return column
+
+
+def is_wmobs_observation(name: str) -> bool:
+    """True for observation names the listener reads: ``wmobs`` or ``wmobs.<anything>``."""
+    return name == OBSERVATION_PREFIX or name.startswith(OBSERVATION_PREFIX + ".")
+
+
+@dataclass
+class ObservedCounts:
+    """Counts that one progress event's wmobs observations carry (one micro-batch)."""
+
+    policy_events: dict[tuple[str, str], int] = field(default_factory=dict)
+    dead_letter_rows: int | None = None
+    idle_timeout_firings: int | None = None
+    unknown_columns: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return (
+            not self.policy_events
+            and self.dead_letter_rows is None
+            and self.idle_timeout_firings is None
+        )
+
+
+def _count(value: Any) -> int:
+    if value is None:
+        return 0
+    return int(value)
+
+
+def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts:
+    """Sum the wmobs columns of ``progress.observedMetrics`` (observation name -> row).
+
+    Rows may be plain dicts (progress JSON) or :class:`pyspark.sql.Row` objects.
+    """
+    counts = ObservedCounts()
+    if not observed:
+        return counts
+    for name, row in observed.items():
+        if not is_wmobs_observation(name):
+            continue
+        items = row.asDict() if hasattr(row, "asDict") else row
+        for column, value in items.items():
+            key = _POLICY_COLUMNS.get(column)
+            if key is not None:
+                counts.policy_events[key] = counts.policy_events.get(key, 0) + _count(value)
+            elif column == DEAD_LETTER_COLUMN:
+                counts.dead_letter_rows = (counts.dead_letter_rows or 0) + _count(value)
+            elif column == IDLE_TIMEOUT_COLUMN:
+                counts.idle_timeout_firings = (counts.idle_timeout_firings or 0) + _count(value)
+            else:
+                counts.unknown_columns.append(f"{name}.{column}")
+    return counts
