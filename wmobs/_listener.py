@@ -9,19 +9,20 @@ stop or slow down a query beyond one dropped event.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 import structlog
-from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
     QueryIdleEvent,
     QueryProgressEvent,
     QueryStartedEvent,
     QueryTerminatedEvent,
+    StreamingQueryListener,
 )
 
 from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker
@@ -107,10 +108,8 @@ class WmobsListener(StreamingQueryListener):
 
     def _failed(self, callback: str) -> None:
         self.errors += 1
-        try:
+        with contextlib.suppress(Exception):  # a broken logger must not break the query either
             self._log.error("wmobs.listener_error", callback=callback, exc_info=True)
-        except Exception:  # a broken logger must not break the query either
-            pass
 
     # ---- StreamingQueryListener ----------------------------------------------------------
 

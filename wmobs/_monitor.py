@@ -55,6 +55,7 @@ class Monitor:
     def __init__(
         self,
         spark: Any,
+        *,
         tracker: Tracker,
         listener: Any,
         private_provider: SdkMeterProvider | None,
@@ -192,9 +193,14 @@ def attach(
 
     listener = WmobsListener(tracker, instruments, logger=logger, on_progress=on_progress)
     monitor = Monitor(
-        spark, tracker, listener, private_provider, server, registry,
-        prometheus_addr if server is not None else None,
-    )  # fmt: skip
+        spark,
+        tracker=tracker,
+        listener=listener,
+        private_provider=private_provider,
+        server=server,
+        registry=registry,
+        prometheus_addr=prometheus_addr if server is not None else None,
+    )
     try:
         spark.streams.addListener(listener)
         # Queries already running: seen now, without undoing an event that raced us.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from wmobs.observations import ACTIONS, POLICIES, parse_observed_metrics
+from wmobs.observations import ACTIONS, POLICIES, ObservedCounts, parse_observed_metrics
 
 __all__ = [
     "OUTCOMES",
@@ -102,6 +102,33 @@ def _operator_labels(operators: list[Mapping[str, Any]]) -> list[str]:
     return [f"{name}#{i}" for i, name in enumerate(names)]
 
 
+def _fold_operator(snap: QuerySnapshot, label: str, op: Mapping[str, Any]) -> int:
+    """Fold one ``stateOperators`` entry into ``snap``; the rows it dropped by watermark."""
+    state = snap.operators.get(label)
+    if state is None:
+        state = snap.operators[label] = OperatorSnapshot()
+    dropped = int(op.get("numRowsDroppedByWatermark") or 0)
+    state.rows_dropped_by_watermark += dropped
+    if op.get("numRowsTotal") is not None:
+        state.state_rows = int(op["numRowsTotal"])
+    if op.get("memoryUsedBytes") is not None:
+        state.state_memory_bytes = int(op["memoryUsedBytes"])
+    return dropped
+
+
+def _fold_observed(snap: QuerySnapshot, observed: ObservedCounts) -> None:
+    """Add one batch's wmobs observations to the query's cumulative counters."""
+    if not snap.policy_events:
+        # Known label sets start at 0, so rate() and alerts see them.
+        snap.policy_events = {(p, a): 0 for p in POLICIES for a in ACTIONS}
+    for key, count in observed.policy_events.items():
+        snap.policy_events[key] += count
+    if observed.dead_letter_rows is not None:
+        snap.dead_letter_rows = (snap.dead_letter_rows or 0) + observed.dead_letter_rows
+    if observed.idle_timeout_firings is not None:
+        snap.idle_timeout_firings = (snap.idle_timeout_firings or 0) + observed.idle_timeout_firings
+
+
 class Tracker:
     """Thread-safe per-query state, updated by listener events, read by metric callbacks.
 
@@ -174,29 +201,10 @@ class Tracker:
                 snap.max_event_time = max_event_time
             if batch_end is not None:
                 snap.last_data_batch_end = batch_end
-            for label, op in zip(labels, operators):
-                state = snap.operators.get(label)
-                if state is None:
-                    state = snap.operators[label] = OperatorSnapshot()
-                dropped = int(op.get("numRowsDroppedByWatermark") or 0)
-                dropped_total += dropped
-                state.rows_dropped_by_watermark += dropped
-                if op.get("numRowsTotal") is not None:
-                    state.state_rows = int(op["numRowsTotal"])
-                if op.get("memoryUsedBytes") is not None:
-                    state.state_memory_bytes = int(op["memoryUsedBytes"])
+            for label, op in zip(labels, operators, strict=True):
+                dropped_total += _fold_operator(snap, label, op)
             if not observed.empty:
-                if not snap.policy_events:
-                    # Known label sets start at 0, so rate() and alerts see them.
-                    snap.policy_events = {(p, a): 0 for p in POLICIES for a in ACTIONS}
-                for key, count in observed.policy_events.items():
-                    snap.policy_events[key] += count
-                if observed.dead_letter_rows is not None:
-                    snap.dead_letter_rows = (snap.dead_letter_rows or 0) + observed.dead_letter_rows
-                if observed.idle_timeout_firings is not None:
-                    snap.idle_timeout_firings = (
-                        snap.idle_timeout_firings or 0
-                    ) + observed.idle_timeout_firings
+                _fold_observed(snap, observed)
             label = snap.label
 
         return BatchSummary(

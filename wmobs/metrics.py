@@ -54,7 +54,7 @@ Most users never touch this module: :func:`wmobs.attach` wires it up.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter
 
@@ -73,7 +73,11 @@ def _q(snap: QuerySnapshot) -> dict[str, str]:
     return {"query": snap.label}
 
 
-def _active_time_gauge(value_of: str) -> object:
+ObserveFn = Callable[[QuerySnapshot, float], Iterable[Observation]]
+"""Computes one instrument's observations for one query at collection time ``now``."""
+
+
+def _active_time_gauge(value_of: str) -> ObserveFn:
     """A gauge callback: ``now - snapshot.<value_of>`` for active queries that have it."""
 
     def fn(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
@@ -95,12 +99,12 @@ class Instruments:
         self._tracker = tracker
         meter = get_meter("wmobs", __version__, meter_provider)
 
-        def gauge(name: str, unit: str, description: str, fn: object) -> None:
+        def gauge(name: str, unit: str, description: str, fn: ObserveFn) -> None:
             meter.create_observable_gauge(
                 name, callbacks=[self._callback(fn)], unit=unit, description=description
             )
 
-        def counter(name: str, unit: str, description: str, fn: object) -> None:
+        def counter(name: str, unit: str, description: str, fn: ObserveFn) -> None:
             meter.create_observable_counter(
                 name, callbacks=[self._callback(fn)], unit=unit, description=description
             )
@@ -165,11 +169,11 @@ class Instruments:
             explicit_bucket_boundaries_advisory=BATCH_DURATION_BUCKETS,
         )
 
-    def _callback(self, fn: object) -> object:
+    def _callback(self, fn: ObserveFn) -> Callable[[CallbackOptions], Iterable[Observation]]:
         tracker = self._tracker
 
         def callback(options: CallbackOptions) -> list[Observation]:
-            return tracker.observe(fn)  # type: ignore[arg-type]
+            return tracker.observe(fn)
 
         return callback
 
@@ -190,7 +194,9 @@ class Instruments:
     @staticmethod
     def _dropped_by_watermark(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
         for op, state in snap.operators.items():
-            yield Observation(state.rows_dropped_by_watermark, {"query": snap.label, "operator": op})
+            yield Observation(
+                state.rows_dropped_by_watermark, {"query": snap.label, "operator": op}
+            )
 
     @staticmethod
     def _state_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:

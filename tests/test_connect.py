@@ -1,0 +1,47 @@
+"""The same basic check over Spark Connect, in a child process (see ``connect_job.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.spark
+
+
+def test_attach_over_spark_connect() -> None:
+    pytest.importorskip("pyspark.sql.connect")
+    job = Path(__file__).with_name("connect_job.py")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, str(job)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+
+    assert result["session"].startswith("pyspark.sql.connect")
+    assert result["input_rows"] == result["rows_written"] == 6
+    assert result["watermark"] == pytest.approx(result["expected_watermark"], abs=0.01)
+    assert result["active_after_stop"] is False
+    assert result["errors"] == 0
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(result["scraped"])
+        for s in family.samples
+    }
+    key = (("query", "wm_connect"),)
+    assert samples[("wmobs_input_rows_total", key)] == 6
+    assert samples[("wmobs_watermark_delay_seconds", key)] == pytest.approx(
+        result["delay"], abs=2.0
+    )

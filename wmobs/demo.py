@@ -1,0 +1,245 @@
+"""``wmobs demo``: a real local streaming job with wmobs attached, serving ``/metrics``.
+
+A generator thread writes one JSON-lines file per second of sensor readings with realistic
+disorder into a temporary directory: most events a little behind the wall clock, some out of
+order by up to 20 s, some late by one to two minutes (behind the watermark: Spark drops them),
+a few from devices whose clocks run ahead, and regular idle gaps with no files at all. A
+windowed aggregation with a 30-second watermark reads them with Spark's file source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from wmobs._tracker import BatchSummary, QuerySnapshot
+
+__all__ = ["DisorderedSource", "main"]
+
+QUERY_NAME = "wmobs_demo"
+WATERMARK_DELAY = "30 seconds"
+WINDOW = "10 seconds"
+
+
+@dataclass
+class Disorder:
+    """Shares of events that are out of order, late and early, in [0, 1]."""
+
+    out_of_order: float = 0.10
+    late: float = 0.02
+    early: float = 0.01
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+class DisorderedSource:
+    """Writes ``rate`` readings a second as JSON-lines files into ``directory``.
+
+    Every ``idle_every`` seconds it stops writing for ``idle_for`` seconds (an idle source).
+    Files appear atomically (written under a dot-name, then renamed), as Spark's file source
+    needs. ``seed`` makes the disorder reproducible.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        rate: int = 200,
+        devices: int = 8,
+        idle_every: float = 60.0,
+        idle_for: float = 15.0,
+        disorder: Disorder | None = None,
+        seed: int = 7,
+    ) -> None:
+        self.directory = directory
+        self.rate = rate
+        self.devices = devices
+        self.idle_every = idle_every
+        self.idle_for = idle_for
+        self.disorder = disorder or Disorder()
+        self._random = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wmobs-demo-source", daemon=True)
+        self.files = 0
+        self.rows = 0
+
+    def events(self, now: float, count: int) -> list[dict[str, Any]]:
+        rnd, d = self._random, self.disorder
+        out = []
+        for _ in range(count):
+            roll = rnd.random()
+            event_time = now - rnd.uniform(0.0, 2.0)  # network and buffering delay
+            if roll < d.late:
+                event_time -= rnd.uniform(60.0, 120.0)
+            elif roll < d.late + d.early:
+                event_time += rnd.uniform(5.0, 20.0)  # a device clock running ahead
+            elif roll < d.late + d.early + d.out_of_order:
+                event_time -= rnd.uniform(2.0, 20.0)
+            out.append(
+                {
+                    "device": f"device-{rnd.randrange(self.devices)}",
+                    "event_time": _iso(event_time),
+                    "value": round(rnd.gauss(20.0, 5.0), 2),
+                }
+            )
+        return out
+
+    def write(self, now: float) -> None:
+        lines = "\n".join(json.dumps(e) for e in self.events(now, self.rate)) + "\n"
+        name = f"events-{self.files:08d}.json"
+        tmp = self.directory / f".{name}.tmp"
+        tmp.write_text(lines)
+        os.replace(tmp, self.directory / name)
+        self.files += 1
+        self.rows += self.rate
+
+    def idle_at(self, elapsed: float) -> bool:
+        return self.idle_every > 0 and elapsed % self.idle_every >= self.idle_every - self.idle_for
+
+    def _run(self) -> None:
+        started = time.time()
+        while not self._stop.is_set():
+            now = time.time()
+            if not self.idle_at(now - started):
+                self.write(now)
+            self._stop.wait(1.0)
+
+    def start(self) -> DisorderedSource:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def build_query(spark: Any, source_dir: Path, checkpoint: Path, trigger: str = "2 seconds") -> Any:
+    """The demo's streaming query: a windowed count and mean per device, append mode."""
+    from pyspark.sql import functions as F
+
+    events = (
+        spark.readStream.schema("device STRING, event_time TIMESTAMP, value DOUBLE")
+        .option("maxFilesPerTrigger", 10)
+        .json(str(source_dir))
+    )
+    windows = (
+        events.withWatermark("event_time", WATERMARK_DELAY)
+        .groupBy(F.window("event_time", WINDOW), "device")
+        .agg(F.count("*").alias("readings"), F.avg("value").alias("mean_value"))
+    )
+    return (
+        windows.writeStream.queryName(QUERY_NAME)
+        .outputMode("append")
+        .format("memory")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=trigger)
+        .start()
+    )
+
+
+def local_spark(app_name: str = "wmobs-demo") -> Any:
+    """A small ``local[2]`` session, with Python workers on this interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _summary_line(snap: QuerySnapshot, batch: BatchSummary, now: float) -> str:
+    def age(value: float | None) -> str:
+        return "-" if value is None else f"{now - value:6.1f}s"
+
+    watermark = "-" if snap.watermark is None else _iso(snap.watermark)[11:19]
+    dropped = sum(op.rows_dropped_by_watermark for op in snap.operators.values())
+    return (
+        f"batch {batch.batch_id:4d}  rows {batch.input_rows:5d}  watermark {watermark:>8}  "
+        f"delay {age(snap.watermark)}  lag {age(snap.max_event_time)}  "
+        f"dropped-by-watermark {dropped}"
+    )
+
+
+def _configure_logging() -> None:
+    # The demo is an application: it may configure structlog (the library never does).
+    import logging
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wmobs demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=9464, help="metrics port (default 9464)")
+    parser.add_argument("--addr", default="127.0.0.1", help="metrics address (127.0.0.1)")
+    parser.add_argument("--duration", type=float, default=None, help="stop after N seconds")
+    parser.add_argument("--rate", type=int, default=200, help="events per second (200)")
+    parser.add_argument("--idle-every", type=float, default=60.0, help="idle gap period (60 s)")
+    parser.add_argument("--idle-for", type=float, default=15.0, help="idle gap length (15 s)")
+    parser.add_argument("--trigger", default="2 seconds", help="trigger interval (2 seconds)")
+    args = parser.parse_args(argv)
+
+    import wmobs
+
+    _configure_logging()
+    workdir = Path(tempfile.mkdtemp(prefix="wmobs-demo-"))
+    source = DisorderedSource(
+        workdir / "in", rate=args.rate, idle_every=args.idle_every, idle_for=args.idle_for
+    ).start()
+    spark = local_spark()
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def print_batch(snap: QuerySnapshot, batch: BatchSummary) -> None:
+        print(_summary_line(snap, batch, time.time()), flush=True)
+
+    monitor = wmobs.attach(
+        spark, prometheus_port=args.port, prometheus_addr=args.addr, on_progress=print_batch
+    )
+    print(f"wmobs demo: metrics at {monitor.metrics_url}  (Ctrl-C to stop)", flush=True)
+    query = build_query(spark, workdir / "in", workdir / "checkpoint", args.trigger)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        while not stop.is_set() and query.isActive:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            stop.wait(0.5)
+        if query.exception() is not None:
+            print(f"query failed: {query.exception()}", file=sys.stderr)
+            return 1
+    finally:
+        query.stop()
+        source.stop()
+        monitor.close()
+        spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"wmobs demo: wrote {source.rows} events in {source.files} files; stopped.")
+    return 0
