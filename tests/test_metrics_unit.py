@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from wmobs._tracker import parse_timestamp
-from wmobs.metrics import BATCH_DURATION_BUCKETS
+from wmobs.metrics import BATCH_DURATION_BUCKETS, CONTRACT
 from wmobs.observations import ACTIONS, POLICIES, parse_observed_metrics, policy_column
 from wmobs.testing import MetricsRecorder, iso, progress_json, state_operator
 
@@ -231,24 +231,10 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
     )
     rec.tracker.on_progress(body)
     rec.instruments.record_batch_duration("q", 0.1)
-    expected = {
-        "wmobs_watermark_delay_seconds",
-        "wmobs_watermark_timestamp_seconds",
-        "wmobs_event_time_lag_seconds",
-        "wmobs_source_idle_seconds",
-        "wmobs_input_rows_total",
-        "wmobs_batch_duration_seconds_bucket",
-        "wmobs_batch_duration_seconds_count",
-        "wmobs_batch_duration_seconds_sum",
-        "wmobs_rows_dropped_by_watermark_total",
-        "wmobs_state_rows",
-        "wmobs_state_memory_bytes",
-        "wmobs_policy_events_total",
-        "wmobs_dead_letter_rows_total",
-        "wmobs_idle_timeout_firings_total",
-        "wmobs_query_active",
-        "wmobs_query_terminations_total",
-    }
+    expected = set()
+    for name, (kind, _labels) in CONTRACT.items():
+        suffixes = ("_bucket", "_count", "_sum") if kind == "histogram" else ("",)
+        expected |= {name + suffix for suffix in suffixes}
     assert {n for n in rec.names() if n.startswith("wmobs_")} == expected
 
 

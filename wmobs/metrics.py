@@ -61,7 +61,25 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, g
 from wmobs._tracker import QuerySnapshot, Tracker
 from wmobs._version import __version__
 
-__all__ = ["BATCH_DURATION_BUCKETS", "Instruments"]
+__all__ = ["BATCH_DURATION_BUCKETS", "CONTRACT", "Instruments"]
+
+CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "wmobs_watermark_delay_seconds": ("gauge", ("query",)),
+    "wmobs_watermark_timestamp_seconds": ("gauge", ("query",)),
+    "wmobs_event_time_lag_seconds": ("gauge", ("query",)),
+    "wmobs_source_idle_seconds": ("gauge", ("query",)),
+    "wmobs_input_rows_total": ("counter", ("query",)),
+    "wmobs_batch_duration_seconds": ("histogram", ("query",)),
+    "wmobs_rows_dropped_by_watermark_total": ("counter", ("query", "operator")),
+    "wmobs_state_rows": ("gauge", ("query", "operator")),
+    "wmobs_state_memory_bytes": ("gauge", ("query", "operator")),
+    "wmobs_policy_events_total": ("counter", ("query", "policy", "action")),
+    "wmobs_dead_letter_rows_total": ("counter", ("query",)),
+    "wmobs_idle_timeout_firings_total": ("counter", ("query",)),
+    "wmobs_query_active": ("gauge", ("query",)),
+    "wmobs_query_terminations_total": ("counter", ("query", "outcome")),
+}
+"""The metric contract (DESIGN.md §3): Prometheus name -> (type, labels)."""
 
 BATCH_DURATION_BUCKETS: tuple[float, ...] = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,

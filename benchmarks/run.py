@@ -1,0 +1,218 @@
+"""wmobs benchmarks: run with ``./dev bench`` (or ``python benchmarks/run.py --help``).
+
+1. ``listener``: throughput of a watermarked windowed aggregation (file source, ``availableNow``,
+   10 micro-batches, ``noop`` sink) without wmobs, with ``wmobs.attach`` (exporting to an
+   in-memory reader and a Prometheus registry that are collected every batch), and with wmobs
+   forced onto PySpark's stock field-by-field listener bridge. Runs are interleaved (a, b, c,
+   a, b, c, ...) after one warm-up of each, and the median of each is reported as a ratio to
+   the baseline of the same run.
+2. ``event``: the cost of one progress event through the listener, pure Python: a progress
+   JSON string with two state operators and a wmobs observation, parsed and folded, with
+   structlog filtering at INFO as a production application would.
+
+Speed is never asserted in tests; this script reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import structlog
+
+from wmobs.testing import MetricsRecorder, progress_json, state_operator
+
+
+def _quiet_structlog() -> None:
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+# ---- 2. one progress event ---------------------------------------------------------------
+
+
+def bench_event(iterations: int) -> dict[str, float]:
+    from wmobs._listener import WmobsListener
+
+    rec = MetricsRecorder()
+    listener = WmobsListener(rec.tracker, [rec.instruments])
+    now = time.time()
+    bodies = [
+        json.dumps(
+            progress_json(
+                batch_id=i,
+                watermark=now - 30 + i,
+                event_time_max=now + i,
+                state_operators=[state_operator(rows_total=i), state_operator("dedupe")],
+                observed={"wmobs.policy.p": {"policy:late_arrival:adjusted": 3}},
+            )
+        )
+        for i in range(1000)
+    ]
+    for body in bodies[:100]:  # warm-up
+        listener._progress(body)
+    started = time.perf_counter()
+    for i in range(iterations):
+        listener._progress(bodies[i % len(bodies)])
+    per_event_us = (time.perf_counter() - started) / iterations * 1e6
+    assert listener.errors == 0
+    started = time.perf_counter()
+    scrapes = 200
+    for _ in range(scrapes):
+        list(rec.registry.collect())
+    per_scrape_us = (time.perf_counter() - started) / scrapes * 1e6
+    rec.shutdown()
+    return {"progress_event_us": per_event_us, "scrape_us": per_scrape_us}
+
+
+# ---- 1. throughput -----------------------------------------------------------------------
+
+
+def _make_input(spark: Any, directory: Path, rows: int, files: int) -> None:
+    from pyspark.sql import functions as F
+
+    (
+        spark.range(rows)
+        .select(
+            # 1 ms apart, with every 97th row up to 96 s out of order
+            (F.lit(1_800_000_000_000) + F.col("id") - (F.col("id") % 97) * 1000).alias("ms"),
+            (F.col("id") % 64).alias("device"),
+        )
+        .select(F.timestamp_millis("ms").alias("event_time"), "device")
+        .repartition(files)
+        .write.parquet(str(directory))
+    )
+
+
+def _run_query(spark: Any, source: Path, checkpoint: Path, files_per_batch: int) -> float:
+    from pyspark.sql import functions as F
+
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    started = time.perf_counter()
+    query = (
+        spark.readStream.schema("event_time TIMESTAMP, device LONG")
+        .option("maxFilesPerTrigger", files_per_batch)
+        .parquet(str(source))
+        .withWatermark("event_time", "10 seconds")
+        .groupBy(F.window("event_time", "10 seconds"), "device")
+        .count()
+        .writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def bench_listener(rows: int, runs: int) -> dict[str, Any]:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import wmobs
+    from wmobs._listener import WmobsListener
+    from wmobs.demo import local_spark
+
+    spark = local_spark("wmobs-bench")
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-"))
+    files = 40
+    _make_input(spark, work / "in", rows, files)
+
+    def baseline() -> float:
+        return _run_query(spark, work / "in", work / "ckpt", files // 10)
+
+    def attached(stock_bridge: bool = False) -> float:
+        reader = InMemoryMetricReader()
+        provider = MeterProvider(metric_readers=[reader])
+
+        def collect(*_: Any) -> None:  # a scrape every batch: more than Prometheus would do
+            reader.get_metrics_data()
+
+        original = WmobsListener._jlistener
+        if stock_bridge:
+            WmobsListener._jlistener = StockBridge._jlistener  # type: ignore[method-assign]
+        try:
+            with wmobs.attach(
+                spark, meter_provider=provider, prometheus_port=0, on_progress=collect
+            ) as monitor:
+                seconds = baseline()
+                snap = monitor.snapshot(monitor.snapshots()[-1].label)
+                assert snap is not None and monitor.listener.errors == 0
+        finally:
+            WmobsListener._jlistener = original  # type: ignore[method-assign]
+            provider.shutdown()
+        return seconds
+
+    class StockBridge(WmobsListener):
+        @property
+        def _jlistener(self) -> Any:
+            from pyspark.sql.streaming.listener import StreamingQueryListener
+
+            return StreamingQueryListener._jlistener.fget(self)  # type: ignore[attr-defined]
+
+    variants: dict[str, Callable[[], float]] = {
+        "baseline": baseline,
+        "wmobs.attach": attached,
+        "wmobs.attach, stock PySpark bridge": lambda: attached(stock_bridge=True),
+    }
+    for fn in variants.values():  # warm-up: JIT, file listing caches
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, fn in variants.items():
+            times[name].append(fn())
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    base = statistics.median(times["baseline"])
+    return {
+        name: {
+            "median_s": statistics.median(ts),
+            "rows_per_s": rows / statistics.median(ts),
+            "ratio_to_baseline": base / statistics.median(ts),
+            "runs_s": [round(t, 3) for t in ts],
+        }
+        for name, ts in times.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=3_000_000)
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs per variant (>=3)")
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--only", choices=["listener", "event"], default=None)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    _quiet_structlog()
+
+    if args.only in (None, "event"):
+        event = bench_event(args.events)
+        print(f"one progress event through the listener: {event['progress_event_us']:.1f} µs")
+        print(f"one scrape of one query's metrics:       {event['scrape_us']:.1f} µs")
+    if args.only in (None, "listener"):
+        result = bench_listener(args.rows, max(3, args.runs))
+        print(f"\nwindowed aggregation, {args.rows:,} rows, 10 batches, median of {args.runs}:")
+        for name, r in result.items():
+            print(
+                f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "
+                f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""Builds ``wmobs-overview.json`` (Grafana classic dashboard JSON). Run after editing:
+
+    .venv/bin/python dashboards/build_overview.py
+
+``tests/test_dashboards.py`` checks that the committed JSON is exactly what this writes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'job=~"$job", query=~"$query"'
+RATE = "$__rate_interval"
+DELAY_THRESHOLD_S = 300  # WmobsWatermarkDelayHigh's default (wmobs/rules.py)
+
+
+def panel(
+    title: str,
+    description: str,
+    unit: str,
+    targets: list[tuple[str, str]],
+    grid: tuple[int, int, int, int],
+    *,
+    kind: str = "timeseries",
+    threshold: float | None = None,
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    defaults: dict[str, Any] = {"unit": unit}
+    if threshold is not None:
+        defaults["thresholds"] = {
+            "mode": "absolute",
+            "steps": [{"color": "green", "value": None}, {"color": "red", "value": threshold}],
+        }
+        defaults["custom"] = {"thresholdsStyle": {"mode": "line+area"}}
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}}
+        if kind == "timeseries"
+        else {"reduceOptions": {"calcs": ["lastNotNull"]}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DS, "expr": expr, "legendFormat": legend}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+    }
+
+
+def build() -> dict[str, Any]:
+    panels = [
+        panel(
+            "Active queries",
+            "Queries running now (wmobs_query_active).",
+            "short",
+            [(f"sum(wmobs_query_active{{{SEL}}})", "active")],
+            (0, 0, 6, 4),
+            kind="stat",
+        ),
+        panel(
+            "Failed queries",
+            "Queries that terminated with an exception in the dashboard's time range.",
+            "short",
+            [
+                (
+                    "sum(increase(wmobs_query_terminations_total"
+                    f'{{{SEL}, outcome="failed"}}[$__range]))',
+                    "failed",
+                )
+            ],
+            (6, 0, 6, 4),
+            kind="stat",
+        ),
+        panel(
+            "Watermark",
+            "Largest watermark seen per query (wmobs_watermark_timestamp_seconds), as a date.",
+            "dateTimeAsIso",
+            [(f"wmobs_watermark_timestamp_seconds{{{SEL}}} * 1000", "{{query}}")],
+            (12, 0, 12, 4),
+            kind="stat",
+        ),
+        panel(
+            "Watermark delay",
+            "Wall clock minus the largest watermark seen, computed at scrape time: it keeps "
+            "growing while a query stalls or its source is idle. The red line is the "
+            "WmobsWatermarkDelayHigh threshold.",
+            "s",
+            [(f"wmobs_watermark_delay_seconds{{{SEL}}}", "{{query}}")],
+            (0, 4, 12, 8),
+            threshold=DELAY_THRESHOLD_S,
+        ),
+        panel(
+            "Event-time lag",
+            "Wall clock minus the largest event time seen. Negative: events from the future "
+            "(a producer clock running ahead).",
+            "s",
+            [(f"wmobs_event_time_lag_seconds{{{SEL}}}", "{{query}}")],
+            (12, 4, 12, 8),
+        ),
+        panel(
+            "Source idle time",
+            "Time since the end of the last micro-batch that read input rows.",
+            "s",
+            [(f"wmobs_source_idle_seconds{{{SEL}}}", "{{query}}")],
+            (0, 12, 12, 8),
+        ),
+        panel(
+            "Input rate",
+            "Rows read per second.",
+            "cps",
+            [(f"sum by (query) (rate(wmobs_input_rows_total{{{SEL}}}[{RATE}]))", "{{query}}")],
+            (12, 12, 12, 8),
+        ),
+        panel(
+            "Batch duration p50 / p95",
+            "Trigger execution time per micro-batch, from the wmobs_batch_duration_seconds "
+            "histogram.",
+            "s",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (query, le) "
+                    f"(rate(wmobs_batch_duration_seconds_bucket{{{SEL}}}[{RATE}])))",
+                    f"{{{{query}}}} p{int(q * 100)}",
+                )
+                for q in (0.5, 0.95)
+            ],
+            (0, 20, 12, 8),
+        ),
+        panel(
+            "Rows dropped by watermark",
+            "Spark's numRowsDroppedByWatermark per stateful operator, per second. Counted after "
+            "partial aggregation: groups, not input rows.",
+            "cps",
+            [
+                (
+                    "sum by (query, operator) "
+                    f"(rate(wmobs_rows_dropped_by_watermark_total{{{SEL}}}[{RATE}]))",
+                    "{{query}} {{operator}}",
+                )
+            ],
+            (12, 20, 12, 8),
+        ),
+        panel(
+            "Time-policy events",
+            "Rows per second by time policy and action (adjusted or dropped), exact per row.",
+            "cps",
+            [
+                (
+                    "sum by (query, policy, action) "
+                    f"(rate(wmobs_policy_events_total{{{SEL}}}[{RATE}]))",
+                    "{{query}} {{policy}} {{action}}",
+                )
+            ],
+            (0, 28, 12, 8),
+        ),
+        panel(
+            "Dead-lettered rows",
+            "Rows per second written to the dead-letter destination.",
+            "cps",
+            [
+                (
+                    f"sum by (query) (rate(wmobs_dead_letter_rows_total{{{SEL}}}[{RATE}]))",
+                    "{{query}}",
+                )
+            ],
+            (12, 28, 6, 8),
+        ),
+        panel(
+            "Idle-timeout firings",
+            "Windows closed by the idle timeout, per rate interval.",
+            "short",
+            [
+                (
+                    f"sum by (query) (increase(wmobs_idle_timeout_firings_total{{{SEL}}}[{RATE}]))",
+                    "{{query}}",
+                )
+            ],
+            (18, 28, 6, 8),
+        ),
+        panel(
+            "State rows",
+            "Rows held in state per stateful operator.",
+            "short",
+            [(f"wmobs_state_rows{{{SEL}}}", "{{query}} {{operator}}")],
+            (0, 36, 12, 8),
+        ),
+        panel(
+            "State memory",
+            "Memory used by state per stateful operator.",
+            "bytes",
+            [(f"wmobs_state_memory_bytes{{{SEL}}}", "{{query}} {{operator}}")],
+            (12, 36, 12, 8),
+        ),
+        panel(
+            "Terminations",
+            "Query terminations per rate interval, by outcome (stopped, failed).",
+            "short",
+            [
+                (
+                    "sum by (query, outcome) "
+                    f"(increase(wmobs_query_terminations_total{{{SEL}}}[{RATE}]))",
+                    "{{query}} {{outcome}}",
+                )
+            ],
+            (0, 44, 24, 6),
+        ),
+    ]
+    for i, p in enumerate(panels, start=1):
+        p["id"] = i
+
+    def query_var(name: str, label: str, query: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "label": label,
+            "type": "query",
+            "datasource": DS,
+            "query": {"query": query, "refId": f"{name}-var"},
+            "definition": query,
+            "refresh": 2,
+            "includeAll": True,
+            "multi": True,
+            "allValue": ".*",
+            "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+            "sort": 1,
+        }
+
+    return {
+        "uid": "wmobs-overview",
+        "title": "wmobs / Streaming watermarks",
+        "description": "Watermark delay, drops and health of Spark Structured Streaming "
+        "queries, from wmobs.",
+        "tags": ["wmobs", "spark", "streaming"],
+        "timezone": "utc",
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {},
+                    "hide": 0,
+                },
+                query_var("job", "Job", "label_values(wmobs_query_active, job)"),
+                query_var("query", "Query", 'label_values(wmobs_query_active{job=~"$job"}, query)'),
+            ]
+        },
+        "annotations": {"list": []},
+        "panels": panels,
+    }
+
+
+def main() -> None:
+    out = Path(__file__).with_name("wmobs-overview.json")
+    out.write_text(json.dumps(build(), indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""End to end: real queries -> wmobs endpoint -> a real Prometheus server -> panels and alerts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wmobs
+from wmobs.observations import IDLE_TIMEOUT_COLUMN, policy_column
+from wmobs.rules import RulesConfig, render
+
+from ._streaming import wait_until, windowed_query, write_events
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+# Grafana's variables as a user would leave them: all jobs, all queries.
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "15s",
+    "$__range": "1h",
+    "$job": ".*",
+    "$query": ".*",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def api(base: str, path: str, **params: str) -> Any:
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else base + path
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
+    """A Prometheus server on 127.0.0.1; the test writes its config before it starts."""
+    binary = shutil.which("prometheus")
+    if binary is None:  # fail, never skip: ./dev test installs Debian's prometheus package
+        pytest.fail("prometheus not found: apt-get install prometheus (./dev test does)")
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    holder: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=(tmp_path / "prometheus.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        holder["proc"] = proc
+        return proc
+
+    yield start, config, port  # type: ignore[misc]
+    proc = holder.get("proc")
+    if proc is not None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_dashboard_and_alerts_against_real_prometheus(
+    spark: Any, tmp_path: Path, prometheus: Any
+) -> None:
+    from pyspark.sql import functions as F
+
+    start_prometheus, config, port = prometheus
+    base = f"http://127.0.0.1:{port}"
+
+    monitor = wmobs.attach(spark, prometheus_port=0)
+    queries = []
+    try:
+        # A live query that keeps running batches, and counts through the observation
+        # convention (so the policy, dead-letter and idle-firing series exist).
+        live = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 20)
+            .load()
+            .withColumn("event_time", F.col("timestamp") - F.expr("INTERVAL 30 SECONDS"))
+            .observe(
+                "wmobs.e2e",
+                F.count_if(F.col("value") % 10 == 0).alias(
+                    policy_column("late_arrival", "dropped")
+                ),
+                F.count_if(F.col("value") % 10 == 0).alias("dead_letter_rows"),
+                F.lit(0).alias(IDLE_TIMEOUT_COLUMN),
+            )
+            .withWatermark("event_time", "5 seconds")
+            .groupBy(F.window("event_time", "5 seconds"))
+            .count()
+            .writeStream.queryName("e2e_live")
+            .outputMode("append")
+            .format("noop")
+            .option("checkpointLocation", str(tmp_path / "ckpt-live"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        queries.append(live)
+        # A stalled query: old event times, then no input at all.
+        write_events(tmp_path / "in", 0, [time.time() - 120 + k for k in range(5)])
+        stalled = windowed_query(spark, tmp_path / "in", tmp_path / "ckpt-stalled", "e2e_stalled")
+        queries.append(stalled)
+        stalled.processAllAvailable()
+
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(render(RulesConfig(delay_threshold="30s", delay_for="3s")))
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files:\n  - {rules}\n"
+            "scrape_configs:\n  - job_name: wmobs\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{monitor.prometheus_port}']\n"
+        )
+        proc = start_prometheus()
+        wait_until(lambda: _ready(base), timeout=60, what="Prometheus to be ready")
+        assert proc.poll() is None
+
+        dashboard = json.loads((ROOT / "dashboards/wmobs-overview.json").read_text())
+        panel_queries = {
+            (panel["title"], target["refId"]): _substitute(target["expr"])
+            for panel in dashboard["panels"]
+            for target in panel["targets"]
+        }
+        pending = dict(panel_queries)
+
+        def all_panels_have_data() -> bool:
+            for key, expr in list(pending.items()):
+                answer = api(base, "/api/v1/query", query=expr)
+                assert answer["status"] == "success", (key, expr, answer)
+                if answer["data"]["result"]:
+                    del pending[key]
+            return not pending
+
+        wait_until(all_panels_have_data, timeout=120, what=f"data for panels {pending}")
+
+        def delay_alert() -> dict[str, Any] | None:
+            for alert in api(base, "/api/v1/alerts")["data"]["alerts"]:
+                labels = alert["labels"]
+                if (
+                    labels["alertname"] == "WmobsWatermarkDelayHigh"
+                    and labels["query"] == "e2e_stalled"
+                    and alert["state"] == "firing"
+                ):
+                    return dict(alert)
+            return None
+
+        wait_until(lambda: delay_alert() is not None, timeout=60, what="the delay alert")
+        alert = delay_alert()
+        assert alert is not None
+        assert alert["labels"]["severity"] == "warning"
+        assert alert["labels"]["job"] == "wmobs"
+        assert "e2e_stalled" in alert["annotations"]["description"]
+        assert alert["annotations"]["runbook_url"].endswith("#wmobswatermarkdelayhigh")
+    finally:
+        for query in queries:
+            query.stop()
+        monitor.close()
+
+
+def _ready(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(base + "/-/ready", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _substitute(expr: str) -> str:
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, expr
+    return expr
