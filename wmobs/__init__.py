@@ -10,12 +10,14 @@ from __future__ import annotations
 from wmobs._monitor import Monitor, attach
 from wmobs._tracker import BatchSummary, OperatorSnapshot, QuerySnapshot
 from wmobs._version import __version__
+from wmobs.policy import TimePolicy
 
 __all__ = [
     "BatchSummary",
     "Monitor",
     "OperatorSnapshot",
     "QuerySnapshot",
+    "TimePolicy",
     "__version__",
     "attach",
 ]

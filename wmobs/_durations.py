@@ -1,0 +1,73 @@
+"""Durations as users write them: Spark interval strings or ``datetime.timedelta``."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+__all__ = ["to_micros"]
+
+_UNITS_US = {
+    "microsecond": 1,
+    "us": 1,
+    "millisecond": 1_000,
+    "ms": 1_000,
+    "second": 1_000_000,
+    "sec": 1_000_000,
+    "s": 1_000_000,
+    "minute": 60_000_000,
+    "min": 60_000_000,
+    "m": 60_000_000,
+    "hour": 3_600_000_000,
+    "h": 3_600_000_000,
+    "day": 86_400_000_000,
+    "d": 86_400_000_000,
+    "week": 604_800_000_000,
+}
+_PART = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
+
+
+def _unit(name: str) -> int | None:
+    name = name.lower()
+    if name in _UNITS_US:
+        return _UNITS_US[name]
+    if name.endswith("s") and name[:-1] in _UNITS_US:
+        return _UNITS_US[name[:-1]]
+    return None
+
+
+def to_micros(value: str | timedelta, argument: str) -> int:
+    """``"5 minutes"``, ``"1 hour 30 minutes"``, ``"250 ms"`` or a timedelta, in microseconds.
+
+    Raises ``TypeError``/``ValueError`` naming ``argument`` for anything else or a negative
+    duration.
+    """
+    if isinstance(value, timedelta):
+        micros = value // timedelta(microseconds=1)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.lower().startswith("interval "):
+            text = text[len("interval ") :]
+        micros_f = 0.0
+        pos = 0
+        while pos < len(text):
+            match = _PART.match(text, pos)
+            unit = None if match is None else _unit(match.group(2))
+            if match is None or unit is None:
+                raise ValueError(
+                    f"{argument}: {value!r} is not a duration like '5 seconds', '2 minutes' "
+                    "or a datetime.timedelta"
+                )
+            micros_f += float(match.group(1)) * unit
+            pos = match.end()
+        if not text:
+            raise ValueError(f"{argument}: empty duration")
+        micros = round(micros_f)
+    else:
+        raise TypeError(
+            f"{argument}: expected a duration string or datetime.timedelta, "
+            f"got {type(value).__name__}"
+        )
+    if micros < 0:
+        raise ValueError(f"{argument}: must not be negative, got {value!r}")
+    return micros

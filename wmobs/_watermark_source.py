@@ -1,0 +1,116 @@
+"""A one-row batch data source: the watermark in force for the running micro-batch.
+
+Spark exposes the watermark to no SQL expression, but writes it into the query's checkpoint
+before a micro-batch runs: the second line of ``<checkpoint>/offsets/<batchId>`` is JSON with
+``batchWatermarkMs``. Cross-joined (broadcast) into a streaming plan, this source is read anew in
+every micro-batch, in one small Python task that sees the batch id as a task-local property, so
+the global time policy judges rows against the exact batch watermark with no Python per row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+__all__ = ["SOURCE_NAME", "WatermarkSource", "read_batch_watermark"]
+
+SOURCE_NAME = "wmobs_batch_watermark"
+SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG"
+
+
+class CheckpointNotFoundError(RuntimeError):
+    pass
+
+
+def _read_text(path: str) -> str:
+    """A small file from any filesystem pyarrow knows (local, HDFS, S3, GCS, ...)."""
+    if "://" not in path or path.startswith("file:"):
+        local = path[len("file:") :] if path.startswith("file:") else path
+        while local.startswith("//"):
+            local = local[1:]
+        with open(local, encoding="utf-8") as handle:
+            return handle.read()
+    from pyarrow import fs
+
+    filesystem, inner = fs.FileSystem.from_uri(path)
+    with filesystem.open_input_stream(inner) as stream:
+        return bytes(stream.read()).decode("utf-8")
+
+
+def read_batch_watermark(checkpoint: str, batch_id: int, query_id: str | None) -> int | None:
+    """``batchWatermarkMs`` of ``batch_id`` in ``checkpoint`` (``None`` for no watermark yet).
+
+    Checks that the checkpoint belongs to ``query_id``, so a wrong path fails loudly rather
+    than judging rows against another query's watermark.
+    """
+    base = checkpoint.rstrip("/")
+    try:
+        if query_id is not None:
+            meta = json.loads(_read_text(f"{base}/metadata"))
+            if meta.get("id") != query_id:
+                raise CheckpointNotFoundError(
+                    f"{base} is the checkpoint of query {meta.get('id')}, not of {query_id}"
+                )
+        lines = _read_text(f"{base}/offsets/{batch_id}").splitlines()
+    except (OSError, ValueError) as exc:
+        raise CheckpointNotFoundError(
+            f"wmobs TimePolicy could not read the watermark of batch {batch_id} from the "
+            f"checkpoint {base!r} ({exc}). Pass the query's checkpointLocation to "
+            "TimePolicy.apply(df, checkpoint_location=...), or name the query and set "
+            "spark.sql.streaming.checkpointLocation."
+        ) from exc
+    watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+    return watermark if watermark > 0 else None
+
+
+def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
+    if configured:
+        return configured
+    root = props.get("spark.sql.streaming.checkpointLocation")
+    description = props.get("spark.job.description") or ""
+    name = description.split("\n", 1)[0].strip()
+    if root and name and not name.startswith("id = "):
+        return f"{str(root).rstrip('/')}/{name}"
+    raise CheckpointNotFoundError(
+        "wmobs TimePolicy needs the query's checkpoint location to read the batch watermark: "
+        "pass TimePolicy.apply(df, checkpoint_location=...) (the query's checkpointLocation), "
+        "or name the query and set spark.sql.streaming.checkpointLocation."
+    )
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.checkpoint = options.get("checkpoint", "")
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None]]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
+        batch = props.get("streaming.sql.batchId")
+        if batch is None:  # not in a streaming micro-batch (e.g. df.explain or a batch job)
+            yield (-1, None)
+            return
+        checkpoint = _resolve_checkpoint(self.checkpoint, props)
+        query_id = props.get("sql.streaming.queryId")
+        yield (int(batch), read_batch_watermark(checkpoint, int(batch), query_id))
+
+
+class WatermarkSource(DataSource):
+    """``spark.read.format("wmobs_batch_watermark").option("checkpoint", path).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _Reader(dict(self.options))

@@ -1,0 +1,350 @@
+"""Time policies: early arrival, late arrival, out of order, invalid time — every row counted.
+
+Azure Stream Analytics-style event-ordering policies for Spark Structured Streaming::
+
+    from wmobs import TimePolicy
+
+    policy = TimePolicy(event_time="EventTime", arrival_time="ArrivalTime")
+    out = policy.apply(df, checkpoint_location="/chk/q")   # the query's checkpointLocation
+    out.groupBy(F.window("system_timestamp", "1 minute")).count().writeStream...
+
+Each row gets one verdict per policy, in this order (DESIGN.md §2):
+
+1. **invalid time** — event time null or unparseable: dropped (counted, never given a made-up
+   time).
+2. **early arrival** — event time more than ``early_arrival`` ahead of arrival time: dropped,
+   or adjusted to the arrival time. A dropped early row never moves the watermark.
+3. **late arrival** — event time more than ``late_arrival`` behind arrival time: adjusted to
+   ``arrival_time - late_arrival``, or dropped.
+4. **out of order** — the (possibly adjusted) time is below the watermark: adjusted up to the
+   watermark, or dropped. Globally the watermark is the one in force for the micro-batch
+   (largest system timestamp of earlier batches minus ``out_of_order``), exactly as Spark's own
+   operators see it; with ``substream_by`` every key has its own, exact per event.
+
+The result keeps every input column unchanged and adds ``system_timestamp`` (the time after the
+policies, with Spark's watermark on it): ``system_timestamp != event time`` marks adjusted rows.
+Counts per (policy, action) are observed with ``DataFrame.observe`` under the name
+``wmobs.policy.<name>`` and exported by :func:`wmobs.attach` as ``wmobs_policy_events_total``.
+
+How the global policy knows the batch watermark: Spark writes it into the checkpoint
+(``offsets/<batchId>``) before the batch runs; a one-row Python data source reads it once per
+micro-batch and is broadcast into the plan, so no Python runs per row. That is why ``apply``
+needs the query's checkpoint location (or a named query under the session's
+``spark.sql.streaming.checkpointLocation``); a wrong one fails the query loudly.
+
+Substreams use ``transformWithStateInPandas``, which needs the RocksDB state store:
+``spark.sql.streaming.stateStore.providerClass=
+org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from wmobs._durations import to_micros
+from wmobs.observations import OBSERVATION_PREFIX, policy_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["ROCKSDB_PROVIDER", "SYSTEM_TIMESTAMP", "TimePolicy"]
+
+SYSTEM_TIMESTAMP = "system_timestamp"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+
+# Verdict bits, one per (policy, action) that can happen.
+INVALID_DROPPED = 1
+EARLY_ADJUSTED = 2
+EARLY_DROPPED = 4
+LATE_ADJUSTED = 8
+LATE_DROPPED = 16
+OOO_ADJUSTED = 32
+OOO_DROPPED = 64
+DROPPED_BITS = INVALID_DROPPED | EARLY_DROPPED | LATE_DROPPED | OOO_DROPPED
+VERDICT_BITS: dict[tuple[str, str], int] = {
+    ("invalid_time", "dropped"): INVALID_DROPPED,
+    ("early_arrival", "adjusted"): EARLY_ADJUSTED,
+    ("early_arrival", "dropped"): EARLY_DROPPED,
+    ("late_arrival", "adjusted"): LATE_ADJUSTED,
+    ("late_arrival", "dropped"): LATE_DROPPED,
+    ("out_of_order", "adjusted"): OOO_ADJUSTED,
+    ("out_of_order", "dropped"): OOO_DROPPED,
+}
+
+_TS = "wmobs__ts_us"
+_ARRIVAL = "wmobs__arrival_us"
+_VERDICT = "wmobs__verdict"
+_WATERMARK = "wmobs_watermark_ms"
+_BATCH = "wmobs_batch_id"
+_ACTIONS = ("adjust", "drop")
+_names = itertools.count()
+
+
+def _action(value: str, argument: str) -> str:
+    if value not in _ACTIONS:
+        raise ValueError(f"{argument}: must be 'adjust' or 'drop', got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TimePolicy:
+    """Event-ordering policies for one streaming DataFrame (see the module documentation).
+
+    Durations accept Spark interval strings (``"5 minutes"``) and ``datetime.timedelta``.
+    """
+
+    event_time: str = "EventTime"
+    arrival_time: str | None = "ArrivalTime"
+    early_arrival: str | timedelta | None = "5 minutes"
+    early_arrival_action: str = "drop"
+    late_arrival: str | timedelta = "5 seconds"
+    late_arrival_action: str = "adjust"
+    out_of_order: str | timedelta = "0 seconds"
+    out_of_order_action: str = "adjust"
+    substream_by: Sequence[str] | None = None
+    name: str | None = None
+    substream_ttl: str | timedelta | None = None
+    """With ``substream_by``: evict the state of a key idle this long (processing time).
+
+    ``None`` keeps one small value per key for as long as the query runs. A TTL uses Spark's
+    processing-time state TTL, which makes Spark run a no-data micro-batch on every trigger:
+    give such a query a trigger interval (``trigger(processingTime="10 seconds")``).
+    """
+    _micros: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.event_time, str) or not self.event_time:
+            raise TypeError("event_time: expected a column name")
+        if self.arrival_time is not None and not isinstance(self.arrival_time, str):
+            raise TypeError("arrival_time: expected a column name or None")
+        micros = {
+            "late_arrival": to_micros(self.late_arrival, "late_arrival"),
+            "out_of_order": to_micros(self.out_of_order, "out_of_order"),
+        }
+        if self.substream_ttl is not None:
+            micros["substream_ttl"] = to_micros(self.substream_ttl, "substream_ttl")
+        if self.early_arrival is not None:
+            micros["early_arrival"] = to_micros(self.early_arrival, "early_arrival")
+        _action(self.early_arrival_action, "early_arrival_action")
+        _action(self.late_arrival_action, "late_arrival_action")
+        _action(self.out_of_order_action, "out_of_order_action")
+        if self.substream_by is not None:
+            if isinstance(self.substream_by, str) or not all(
+                isinstance(c, str) for c in self.substream_by
+            ):
+                raise TypeError("substream_by: expected a list of column names, e.g. ['deviceId']")
+            if not self.substream_by:
+                raise ValueError("substream_by: empty; use None for one global watermark")
+        if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(f"name: use letters, digits, '_', '.' or '-', got {self.name!r}")
+        object.__setattr__(self, "_micros", micros)
+
+    # ---- public ---------------------------------------------------------------------------
+
+    @property
+    def observation_name(self) -> str:
+        """The ``DataFrame.observe`` name this policy's counts are reported under."""
+        return f"{OBSERVATION_PREFIX}.policy.{self.name or self._default_name}"
+
+    def apply(self, df: DataFrame, *, checkpoint_location: str | None = None) -> DataFrame:
+        """The policies applied to streaming ``df``: every input column unchanged, plus
+        ``system_timestamp`` with the watermark (``out_of_order`` delay) on it.
+
+        ``checkpoint_location``: the ``checkpointLocation`` of the query this DataFrame will
+        run in; the global out-of-order policy reads each batch's watermark from it (not needed
+        with ``substream_by``, nor for a named query under the session's
+        ``spark.sql.streaming.checkpointLocation`` root).
+        """
+        from pyspark.sql import functions as F
+
+        self._check_columns(df)
+        if self.substream_by is not None:
+            self._check_state_store(df)
+        columns = df.columns
+        staged = df.select(
+            *[F.col(f"`{c}`") for c in columns],
+            self._event_micros(df).alias(_TS),
+            self._arrival_micros(df).alias(_ARRIVAL),
+        )
+        staged = self._arrival_policies(staged)
+        if self.substream_by is None:
+            staged = self._global_out_of_order(staged, checkpoint_location)
+        else:
+            staged = self._substream_out_of_order(staged)
+        observed = staged.observe(self.observation_name, *self._counts())
+        kept = observed.filter((F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
+        out = kept.select(
+            *[F.col(f"`{c}`") for c in columns],
+            F.timestamp_micros(F.col(_TS)).alias(SYSTEM_TIMESTAMP),
+        )
+        return out.withWatermark(SYSTEM_TIMESTAMP, f"{self._micros['out_of_order']} microseconds")
+
+    # ---- validation -----------------------------------------------------------------------
+
+    @property
+    def _default_name(self) -> str:
+        name = getattr(self, "_generated_name", None)
+        if name is None:
+            base = re.sub(r"[^A-Za-z0-9_]+", "_", self.event_time)
+            name = f"{base}_{next(_names)}"
+            object.__setattr__(self, "_generated_name", name)
+        return str(name)
+
+    def _check_columns(self, df: DataFrame) -> None:
+        from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
+
+        fields = {f.name: f.dataType for f in df.schema.fields}
+        if not df.isStreaming:
+            raise TypeError("apply: expected a streaming DataFrame (spark.readStream...)")
+        checks: list[tuple[str, str, tuple[type, ...]]] = [
+            ("event_time", self.event_time, (TimestampType, TimestampNTZType, StringType))
+        ]
+        if self.arrival_time is not None:
+            checks.append(("arrival_time", self.arrival_time, (TimestampType, TimestampNTZType)))
+        for argument, column, types in checks:
+            if column not in fields:
+                raise ValueError(
+                    f"{argument}: column {column!r} is not in the DataFrame "
+                    f"(columns: {', '.join(fields)})"
+                )
+            if not isinstance(fields[column], types):
+                wanted = " or ".join(t.__name__.replace("Type", "").lower() for t in types)
+                raise TypeError(
+                    f"{argument}: column {column!r} is {fields[column].simpleString()}, "
+                    f"expected {wanted}"
+                )
+        for column in self.substream_by or ():
+            if column not in fields:
+                raise ValueError(f"substream_by: column {column!r} is not in the DataFrame")
+        if SYSTEM_TIMESTAMP in fields:
+            raise ValueError(f"apply: the DataFrame already has a {SYSTEM_TIMESTAMP!r} column")
+
+    def _check_state_store(self, df: DataFrame) -> None:
+        provider = df.sparkSession.conf.get(_PROVIDER_CONF, None)
+        if not provider or "RocksDBStateStoreProvider" not in provider:
+            raise ValueError(
+                "substream_by: substreams keep per-key state with transformWithStateInPandas, "
+                f"which needs the RocksDB state store: set {_PROVIDER_CONF}={ROCKSDB_PROVIDER} "
+                "on the session before starting the query"
+            )
+
+    # ---- the stages ----------------------------------------------------------------------
+
+    def _event_micros(self, df: DataFrame) -> Column:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType
+
+        column = F.col(f"`{self.event_time}`")
+        if isinstance(df.schema[self.event_time].dataType, StringType):
+            column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
+        return F.unix_micros(column.cast("timestamp"))
+
+    def _arrival_micros(self, df: DataFrame) -> Column:
+        from pyspark.sql import functions as F
+
+        batch_time = F.unix_micros(F.current_timestamp())  # the micro-batch's timestamp
+        if self.arrival_time is None:
+            return batch_time
+        arrival = F.unix_micros(F.col(f"`{self.arrival_time}`").cast("timestamp"))
+        return F.coalesce(arrival, batch_time)
+
+    def _arrival_policies(self, df: DataFrame) -> DataFrame:
+        """Invalid time, early and late arrival: stateless Column expressions (JVM only)."""
+        from pyspark.sql import functions as F
+
+        ts, arrival = F.col(_TS), F.col(_ARRIVAL)
+        verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
+        system = ts
+        if "early_arrival" in self._micros:
+            early = ts.isNotNull() & (ts > arrival + F.lit(self._micros["early_arrival"]))
+            drop = self.early_arrival_action == "drop"
+            verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(
+                verdict
+            )
+            if not drop:
+                system = F.when(early, arrival).otherwise(system)
+        late_floor = arrival - F.lit(self._micros["late_arrival"])
+        late = (verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0) & (system < late_floor)
+        if self.late_arrival_action == "drop":
+            verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_DROPPED))).otherwise(verdict)
+        else:
+            verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_ADJUSTED))).otherwise(verdict)
+            system = F.when(late, late_floor).otherwise(system)
+        return _replace(df, {_TS: system, _VERDICT: verdict})
+
+    def _global_out_of_order(self, df: DataFrame, checkpoint: str | None) -> DataFrame:
+        """Against the micro-batch's watermark, read once per batch from the checkpoint."""
+        from pyspark.sql import functions as F
+
+        from wmobs._watermark_source import SOURCE_NAME, WatermarkSource
+
+        spark = df.sparkSession
+        spark.dataSource.register(WatermarkSource)
+        watermark = (
+            spark.read.format(SOURCE_NAME).option("checkpoint", checkpoint or "").load()
+        ).select(F.col(_WATERMARK))
+        joined = df.crossJoin(F.broadcast(watermark))
+        mark = F.col(_WATERMARK) * F.lit(1000)
+        candidate = F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
+        behind = candidate & mark.isNotNull() & (F.col(_TS) < mark)
+        drop = self.out_of_order_action == "drop"
+        bit = F.lit(OOO_DROPPED if drop else OOO_ADJUSTED)
+        replaced = {
+            _VERDICT: F.when(behind, F.col(_VERDICT).bitwiseOR(bit)).otherwise(F.col(_VERDICT))
+        }
+        if not drop:
+            replaced[_TS] = F.when(behind, mark).otherwise(F.col(_TS))
+        return _replace(joined, replaced).drop(_WATERMARK)
+
+    def _substream_out_of_order(self, df: DataFrame) -> DataFrame:
+        """Per key, in arrival order, with ``transformWithStateInPandas``."""
+        from wmobs._substreams import make_processor
+
+        drop = self.out_of_order_action == "drop"
+        ttl_us = self._micros.get("substream_ttl")
+        processor = make_processor(
+            tolerance_us=self._micros["out_of_order"],
+            drop=drop,
+            ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
+            ts_column=_TS,
+            arrival_column=_ARRIVAL,
+            verdict_column=_VERDICT,
+            candidate_bits=DROPPED_BITS,
+            ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
+        )
+        keys = [f"`{c}`" for c in self.substream_by or ()]
+        return df.groupBy(*keys).transformWithStateInPandas(
+            statefulProcessor=processor,
+            outputStructType=df.schema,
+            outputMode="Append",
+            # A state TTL is processing time; without one, no timers: no idle micro-batches.
+            timeMode="None" if ttl_us is None else "ProcessingTime",
+        )
+
+    def _counts(self) -> list[Column]:
+        from pyspark.sql import functions as F
+
+        verdict = F.col(_VERDICT)
+        return [
+            F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(policy, action))
+            for (policy, action), bit in VERDICT_BITS.items()
+        ]
+
+
+def _replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:
+    """Replace ``columns`` at once: every new value is computed from the old ones."""
+    from pyspark.sql import functions as F
+
+    kept = [F.col(f"`{c}`") for c in df.columns if c not in columns]
+    return df.select(*kept, *[value.alias(name) for name, value in columns.items()])
+
+
+def describe_verdict(bits: int) -> list[tuple[str, str]]:
+    """The (policy, action) pairs of a verdict bit set, for logs and dead letters."""
+    return [key for key, bit in VERDICT_BITS.items() if bits & bit]
