@@ -6,7 +6,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
-from wmobs import TimePolicy
+from wmobs import DeadLetter, TimePolicy
 from wmobs.policy import ROCKSDB_PROVIDER
 
 from ._streaming import wait_until
@@ -187,3 +187,132 @@ def test_substreams_need_rocksdb(spark: Any, tmp_path: Path) -> None:
     finally:
         if previous is not None:
             spark.conf.set(PROVIDER, previous)
+
+
+def test_adjusted_rows_survive_a_downstream_window_aggregation(spark: Any, tmp_path: Path) -> None:
+    """Rows adjusted exactly to the watermark are not dropped by Spark's aggregation."""
+    from pyspark.sql import functions as F
+
+    for row in worked_rows():
+        write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
+    policy = TimePolicy(late_arrival="5 minutes", out_of_order="2 minutes")
+    checkpoint = str(tmp_path / "ckpt")
+    out = policy.apply(
+        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")),
+        checkpoint_location=checkpoint,
+    )
+    query = (
+        out.groupBy(F.window("system_timestamp", "1 minute"))
+        .count()
+        .writeStream.queryName("adjusted_survive")
+        .format("memory")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    latest = spark.sql(
+        "select window.start as w, max(count) as n from adjusted_survive group by window.start"
+    ).collect()
+    assert sum(r.n for r in latest) == 11  # 12 events, the early one dropped
+    dropped = sum(
+        op["numRowsDroppedByWatermark"] for p in query.recentProgress for op in p["stateOperators"]
+    )
+    assert dropped == 0
+
+
+def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> None:
+    """arrival_time=None, early disabled or adjusted, a function as dead-letter destination."""
+    now = time.time()
+    rows = [
+        {"id": 1, "EventTime": _iso(now - 600)},  # late by 10 min: adjusted to batch - 5 s
+        {"id": 2, "EventTime": _iso(now + 3600)},  # an hour early
+        {"id": 3, "EventTime": None},  # invalid
+        {"id": 4, "EventTime": _iso(now - 1)},  # on time
+    ]
+    write_rows(tmp_path / "in", "rows", rows)
+    seen: list[int] = []
+    got: dict[str, dict[int, int | None]] = {}
+    for label, early in (("disabled", None), ("adjust", "adjust")):
+        policy = TimePolicy(
+            arrival_time=None,
+            early_arrival=None if early is None else "5 minutes",
+            early_arrival_action=early or "drop",
+        )
+        sink = tmp_path / f"dead-{label}"
+        kept, counts, progress = _run_with_function_sink(spark, policy, tmp_path, label, sink)
+        got[label] = kept
+        batch_time = epoch_of(progress[0]["timestamp"])
+        assert kept[1] == pytest.approx(batch_time - 5, abs=1)
+        assert kept[4] == int(now - 1) and 3 not in kept
+        assert counts[("late_arrival", "adjusted")] == 1
+        assert counts[("invalid_time", "dropped")] == 1
+        seen += sorted(int(p.name.split("-")[1]) for p in sink.glob("dead-*"))
+    assert got["disabled"][2] == int(now + 3600)  # no early policy: passes as is
+    assert got["adjust"][2] == pytest.approx(got["adjust"][1] + 5, abs=1)  # batch time
+    assert seen == [3, 3]  # the invalid row reached each function destination
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+
+
+def epoch_of(spark_iso: str) -> int:
+    return int(datetime.fromisoformat(spark_iso.replace("Z", "+00:00")).timestamp())
+
+
+class _RecordingSink:
+    """A dead-letter function: one file per dropped row id (runs in the executor)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = str(directory)
+
+    def __call__(self, table: Any, batch_id: int, partition_id: int) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        for row in table.to_pylist():
+            assert row["wmobs_policy"] == "invalid_time" and row["wmobs_batch_id"] == batch_id
+            Path(self.directory, f"dead-{row['id']}").write_text(row["wmobs_policy"])
+
+
+def _run_with_function_sink(
+    spark: Any, policy: TimePolicy, work: Path, label: str, sink: Path
+) -> tuple[dict[int, int | None], dict[tuple[str, str], int], Any]:
+    from pyspark.sql import functions as F
+
+    name = f"variants_{label}"
+    checkpoint = str(work / f"ckpt-{label}")
+    reader = InMemoryMetricReader()
+    with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
+        stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").json(str(work / "in"))
+        out = policy.apply(stream, checkpoint_location=checkpoint, dead_letter=_RecordingSink(sink))
+        query = (
+            out.select("id", F.unix_seconds("system_timestamp").alias("system"))
+            .writeStream.queryName(name)
+            .format("memory")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        wait_until(lambda: (s := monitor.snapshot(name)) is not None and not s.active)
+        snap = monitor.snapshot(name)
+        assert snap is not None and snap.dead_letter_rows == 1
+        kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
+    return kept, dict(snap.policy_events), query.recentProgress
+
+
+def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    with pytest.raises(ValueError, match="event_time: column 'when' is not in the DataFrame"):
+        TimePolicy(event_time="when").apply(stream)
+    with pytest.raises(TypeError, match="arrival_time: column 'id' is int, expected timestamp"):
+        TimePolicy(arrival_time="id").apply(stream)
+    with pytest.raises(TypeError, match="event_time: column 'id' is int"):
+        TimePolicy(event_time="id").apply(stream)
+    with pytest.raises(ValueError, match="substream_by: column 'device' is not"):
+        TimePolicy(substream_by=["device"]).apply(stream)
+    with pytest.raises(TypeError, match="streaming DataFrame"):
+        TimePolicy().apply(spark.range(3))
+    with pytest.raises(ValueError, match="dead_letter: format"):
+        TimePolicy().apply(stream, dead_letter=DeadLetter(str(tmp_path), format="csv"))

@@ -10,10 +10,12 @@ from __future__ import annotations
 from wmobs._monitor import Monitor, attach
 from wmobs._tracker import BatchSummary, OperatorSnapshot, QuerySnapshot
 from wmobs._version import __version__
+from wmobs.deadletter import DeadLetter
 from wmobs.policy import TimePolicy
 
 __all__ = [
     "BatchSummary",
+    "DeadLetter",
     "Monitor",
     "OperatorSnapshot",
     "QuerySnapshot",

@@ -40,6 +40,7 @@ org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider``.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from wmobs._durations import to_micros
-from wmobs.observations import OBSERVATION_PREFIX, policy_column
+from wmobs.deadletter import DeadLetter, DeadLetterFunction, make_stage
+from wmobs.observations import DEAD_LETTER_COLUMN, OBSERVATION_PREFIX, policy_column
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -76,6 +78,13 @@ VERDICT_BITS: dict[tuple[str, str], int] = {
     ("out_of_order", "adjusted"): OOO_ADJUSTED,
     ("out_of_order", "dropped"): OOO_DROPPED,
 }
+
+_DROP_POLICIES = [
+    ("invalid_time", INVALID_DROPPED),
+    ("early_arrival", EARLY_DROPPED),
+    ("late_arrival", LATE_DROPPED),
+    ("out_of_order", OOO_DROPPED),
+]
 
 _TS = "wmobs__ts_us"
 _ARRIVAL = "wmobs__arrival_us"
@@ -152,7 +161,13 @@ class TimePolicy:
         """The ``DataFrame.observe`` name this policy's counts are reported under."""
         return f"{OBSERVATION_PREFIX}.policy.{self.name or self._default_name}"
 
-    def apply(self, df: DataFrame, *, checkpoint_location: str | None = None) -> DataFrame:
+    def apply(
+        self,
+        df: DataFrame,
+        *,
+        checkpoint_location: str | None = None,
+        dead_letter: DeadLetter | str | os.PathLike[str] | DeadLetterFunction | None = None,
+    ) -> DataFrame:
         """The policies applied to streaming ``df``: every input column unchanged, plus
         ``system_timestamp`` with the watermark (``out_of_order`` delay) on it.
 
@@ -160,9 +175,14 @@ class TimePolicy:
         run in; the global out-of-order policy reads each batch's watermark from it (not needed
         with ``substream_by``, nor for a named query under the session's
         ``spark.sql.streaming.checkpointLocation`` root).
+
+        ``dead_letter``: where dropped rows go (a directory, a function, or a
+        :class:`wmobs.DeadLetter`); see :mod:`wmobs.deadletter`. Without it dropped rows are
+        counted, not kept.
         """
         from pyspark.sql import functions as F
 
+        sink = None if dead_letter is None else DeadLetter.of(dead_letter)
         self._check_columns(df)
         if self.substream_by is not None:
             self._check_state_store(df)
@@ -177,8 +197,12 @@ class TimePolicy:
             staged = self._global_out_of_order(staged, checkpoint_location)
         else:
             staged = self._substream_out_of_order(staged)
-        observed = staged.observe(self.observation_name, *self._counts())
-        kept = observed.filter((F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
+        observed = staged.observe(self.observation_name, *self._counts(sink is not None))
+        if sink is None:
+            kept = observed.filter((F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
+        else:
+            stage = make_stage(sink, columns, _VERDICT, DROPPED_BITS, _DROP_POLICIES)
+            kept = observed.mapInArrow(stage, observed.schema)
         out = kept.select(
             *[F.col(f"`{c}`") for c in columns],
             F.timestamp_micros(F.col(_TS)).alias(SYSTEM_TIMESTAMP),
@@ -327,14 +351,18 @@ class TimePolicy:
             timeMode="None" if ttl_us is None else "ProcessingTime",
         )
 
-    def _counts(self) -> list[Column]:
+    def _counts(self, dead_letters: bool) -> list[Column]:
         from pyspark.sql import functions as F
 
         verdict = F.col(_VERDICT)
-        return [
+        counts = [
             F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(policy, action))
             for (policy, action), bit in VERDICT_BITS.items()
         ]
+        if dead_letters:  # the stage after this one hands every dropped row over, or fails
+            dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
+            counts.append(F.count_if(dropped).alias(DEAD_LETTER_COLUMN))
+        return counts
 
 
 def _replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:

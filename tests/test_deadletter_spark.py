@@ -1,0 +1,110 @@
+"""Nothing lost: rows in = rows kept + rows dead-lettered, across a restart from the checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import wmobs
+from wmobs import DeadLetter, TimePolicy
+
+from ._streaming import wait_until
+from .test_policy_spark import ts, write_rows
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id INT, ts STRING, arr TIMESTAMP"
+# (id, event time as a string, arrival) per file; one file per micro-batch.
+# early 5 min drop, late 5 min drop, out of order 1 min drop.
+BEFORE_RESTART = [
+    [(1, ts("12:10"), "12:10"), (2, None, "12:10"), (3, "not a time", "12:10"),
+     (4, ts("12:30"), "12:10")],                        # kept, invalid, invalid, early
+    [(5, ts("12:05"), "12:06"), (6, ts("12:11"), "12:11"),
+     (7, ts("12:00"), "12:12")],                        # behind 12:09: out of order; kept; late
+    [(8, ts("12:12"), "12:12")],                        # kept
+]  # fmt: skip
+AFTER_RESTART = [
+    [(9, ts("12:10"), "12:11"), (10, ts("12:15"), "12:15"),
+     (11, "2026-13-45T99:00:00Z", "12:15")],            # behind 12:11: out of order; kept; invalid
+    [(12, ts("12:14"), "12:14")],                       # at the watermark 12:14: kept
+]  # fmt: skip
+EXPECTED_DEAD = {
+    2: "invalid_time", 3: "invalid_time", 4: "early_arrival", 5: "out_of_order",
+    7: "late_arrival", 9: "out_of_order", 11: "invalid_time",
+}  # fmt: skip
+EXPECTED_KEPT = {1, 6, 8, 10, 12}
+
+
+def _files(directory: Path, batches: list[list[tuple[Any, ...]]], start: int) -> int:
+    rows = 0
+    for i, batch in enumerate(batches, start=start):
+        write_rows(
+            directory,
+            f"part-{i:02d}",
+            [{"id": r[0], "ts": r[1], "arr": ts(r[2])} for r in batch],
+        )
+        rows += len(batch)
+    return rows
+
+
+def test_conservation_across_restart(spark: Any, tmp_path: Path) -> None:
+    source, sink, dead = tmp_path / "in", tmp_path / "kept", tmp_path / "dead"
+    checkpoint = str(tmp_path / "ckpt")
+    policy = TimePolicy(
+        event_time="ts",
+        arrival_time="arr",
+        early_arrival="5 minutes",
+        late_arrival="5 minutes",
+        late_arrival_action="drop",
+        out_of_order="1 minute",
+        out_of_order_action="drop",
+        name="conservation",
+    )
+    reader = InMemoryMetricReader()
+    rows_in = 0
+
+    def run() -> None:
+        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+        out = policy.apply(
+            stream, checkpoint_location=checkpoint, dead_letter=DeadLetter(str(dead))
+        )
+        query = (
+            out.writeStream.queryName("conservation")
+            .format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+
+    with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
+        rows_in += _files(source, BEFORE_RESTART, 0)
+        run()
+        rows_in += _files(source, AFTER_RESTART, len(BEFORE_RESTART))
+        run()  # restart from the checkpoint: the watermark and the file log carry over
+        wait_until(lambda: (s := monitor.snapshot("conservation")) is not None and not s.active)
+        snap = monitor.snapshot("conservation")
+        assert snap is not None and snap.terminations["stopped"] == 2
+
+    kept = spark.read.parquet(str(sink)).select("id", "ts", "system_timestamp").collect()
+    dead_rows = ds.dataset(str(dead), format="parquet", partitioning="hive").to_table().to_pylist()
+
+    assert rows_in == 12 == len(kept) + len(dead_rows)
+    assert {r.id for r in kept} == EXPECTED_KEPT
+    assert {r["id"]: r["wmobs_policy"] for r in dead_rows} == EXPECTED_DEAD
+    assert all(r["wmobs_batch_id"] == r["batch_id"] for r in dead_rows)
+    assert {r["id"]: r["wmobs_batch_id"] for r in dead_rows if r["id"] in (9, 11)} == {9: 3, 11: 3}
+    assert {r["id"]: r["ts"] for r in dead_rows}[3] == "not a time"  # original value kept
+
+    dropped = {k: v for k, v in snap.policy_events.items() if k[1] == "dropped"}
+    assert sum(dropped.values()) == len(dead_rows) == snap.dead_letter_rows == 7
+    assert dropped[("invalid_time", "dropped")] == 3
+    assert dropped[("out_of_order", "dropped")] == 2
+    assert snap.input_rows == rows_in

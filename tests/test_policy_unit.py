@@ -1,0 +1,47 @@
+"""TimePolicy's argument checks that need no DataFrame (no JVM)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from wmobs import DeadLetter, TimePolicy
+
+
+def test_defaults_are_azure_stream_analytics() -> None:
+    policy = TimePolicy()
+    assert (policy.early_arrival, policy.early_arrival_action) == ("5 minutes", "drop")
+    assert (policy.late_arrival, policy.late_arrival_action) == ("5 seconds", "adjust")
+    assert (policy.out_of_order, policy.out_of_order_action) == ("0 seconds", "adjust")
+    assert policy.observation_name.startswith("wmobs.policy.EventTime_")
+    assert TimePolicy(name="tolls").observation_name == "wmobs.policy.tolls"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"early_arrival_action": "keep"}, ValueError, "early_arrival_action: must be"),
+        ({"late_arrival_action": "Drop"}, ValueError, "late_arrival_action: must be"),
+        ({"out_of_order_action": None}, ValueError, "out_of_order_action: must be"),
+        ({"late_arrival": "-1 second"}, ValueError, "late_arrival: must not be negative"),
+        ({"out_of_order": timedelta(seconds=-1)}, ValueError, "out_of_order: must not be"),
+        ({"early_arrival": "soon"}, ValueError, "early_arrival: 'soon' is not a duration"),
+        ({"substream_by": "deviceId"}, TypeError, "substream_by: expected a list"),
+        ({"substream_by": []}, ValueError, "substream_by: empty"),
+        ({"event_time": ""}, TypeError, "event_time"),
+        ({"name": "has space"}, ValueError, "name: use letters"),
+    ],
+)
+def test_invalid_arguments(kwargs: dict[str, object], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        TimePolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_dead_letter_destinations() -> None:
+    assert DeadLetter.of("/tmp/dead").directory == "/tmp/dead"
+    assert DeadLetter.of(print).function is print
+    with pytest.raises(ValueError, match="exactly one"):
+        DeadLetter()
+    with pytest.raises(TypeError, match="dead_letter: expected"):
+        DeadLetter.of(42)  # type: ignore[arg-type]
