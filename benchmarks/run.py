@@ -6,6 +6,9 @@
    forced onto PySpark's stock field-by-field listener bridge. Runs are interleaved (a, b, c,
    a, b, c, ...) after one warm-up of each, and the median of each is reported as a ratio to
    the baseline of the same run.
+3. ``policy``: the same aggregation (append mode, ``processAllAvailable``) alone and behind a
+   ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
+   10,000 keys (RocksDB state store).
 2. ``event``: the cost of one progress event through the listener, pure Python: a progress
    JSON string with two state operators and a wmobs observation, parsed and folded, with
    structlog filtering at INFO as a production application would.
@@ -190,12 +193,107 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     }
 
 
+def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
+    """A windowed aggregation alone vs behind a TimePolicy (global, substreams, dead letters)."""
+    from pyspark.sql import functions as F
+
+    from wmobs import TimePolicy
+    from wmobs.demo import local_spark
+    from wmobs.policy import ROCKSDB_PROVIDER
+
+    spark = local_spark("wmobs-bench-policy")
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
+    files = 40
+    (
+        spark.range(rows)
+        .select(
+            (F.lit(1_800_000_000_000) + F.col("id") - (F.col("id") % 97) * 1000).alias("ms"),
+            (F.col("id") % 10).alias("device10"),
+            (F.col("id") % 10_000).alias("device10k"),
+        )
+        .select(
+            F.timestamp_millis("ms").alias("EventTime"),
+            F.timestamp_millis(F.col("ms") + 500).alias("ArrivalTime"),
+            "device10",
+            "device10k",
+        )
+        .repartition(files)
+        .write.parquet(str(work / "in"))
+    )
+    schema = "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
+
+    def run(make: Callable[[Any, str], Any], time_column: str) -> float:
+        checkpoint = str(work / "ckpt")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.rmtree(work / "dead", ignore_errors=True)
+        started = time.perf_counter()
+        stream = (
+            spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
+        ).parquet(str(work / "in"))
+        query = (
+            make(stream, checkpoint)
+            .groupBy(F.window(time_column, "10 seconds"))
+            .count()
+            .writeStream.format("noop")
+            .outputMode("append")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        return time.perf_counter() - started
+
+    def policy(**kw: Any) -> Callable[[Any, str], Any]:
+        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
+        return lambda df, ck: p.apply(df, checkpoint_location=ck)
+
+    def with_dead_letters() -> Callable[[Any, str], Any]:
+        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
+        return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
+
+    variants: dict[str, Callable[[], float]] = {
+        "baseline": lambda: run(
+            lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"
+        ),
+        "global policy": lambda: run(policy(), "system_timestamp"),
+        "global policy + dead letters": lambda: run(with_dead_letters(), "system_timestamp"),
+        "substreams, 10 keys": lambda: run(policy(substream_by=["device10"]), "system_timestamp"),
+        "substreams, 10,000 keys": lambda: run(
+            policy(substream_by=["device10k"]), "system_timestamp"
+        ),
+    }
+    if only:
+        variants = {k: v for k, v in variants.items() if k == "baseline" or k in only}
+    for fn in variants.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, fn in variants.items():
+            times[name].append(fn())
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    base = statistics.median(times["baseline"])
+    return {
+        name: {
+            "rows_per_s": rows / statistics.median(ts),
+            "ratio_to_baseline": base / statistics.median(ts),
+            "runs_s": [round(t, 3) for t in ts],
+        }
+        for name, ts in times.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per variant (>=3)")
     parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--only", choices=["listener", "event"], default=None)
+    parser.add_argument("--only", choices=["listener", "event", "policy"], default=None)
+    parser.add_argument(
+        "--variant", action="append", default=None, help="policy variants to run (repeatable)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _quiet_structlog()
@@ -207,6 +305,14 @@ def main() -> None:
     if args.only in (None, "listener"):
         result = bench_listener(args.rows, max(3, args.runs))
         print(f"\nwindowed aggregation, {args.rows:,} rows, 10 batches, median of {args.runs}:")
+        for name, r in result.items():
+            print(
+                f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "
+                f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}"
+            )
+    if args.only in (None, "policy"):
+        result = bench_policy(args.rows, max(3, args.runs), args.variant)
+        print(f"\ntime policies in front of a windowed aggregation, {args.rows:,} rows:")
         for name, r in result.items():
             print(
                 f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "

@@ -92,6 +92,7 @@ _VERDICT = "wmobs__verdict"
 _WATERMARK = "wmobs_watermark_ms"
 _BATCH = "wmobs_batch_id"
 _ACTIONS = ("adjust", "drop")
+_PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 _names = itertools.count()
 
 
@@ -310,10 +311,10 @@ class TimePolicy:
 
         spark = df.sparkSession
         spark.dataSource.register(WatermarkSource)
-        watermark = (
-            spark.read.format(SOURCE_NAME).option("checkpoint", checkpoint or "").load()
-        ).select(F.col(_WATERMARK))
-        joined = df.crossJoin(F.broadcast(watermark))
+        source = spark.read.format(SOURCE_NAME).option("checkpoint", checkpoint or "").load()
+        # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
+        # measured slower: Spark re-plans the Python data source for it in every batch.)
+        joined = df.crossJoin(F.broadcast(source.select(_WATERMARK)))
         mark = F.col(_WATERMARK) * F.lit(1000)
         candidate = F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
         behind = candidate & mark.isNotNull() & (F.col(_TS) < mark)
@@ -351,6 +352,16 @@ class TimePolicy:
             timeMode="None" if ttl_us is None else "ProcessingTime",
         )
 
+    def _can_happen(self, policy: str, action: str) -> bool:
+        """Only these verdicts are observed; the listener exports the others as 0."""
+        configured = {
+            "invalid_time": "drop",
+            "early_arrival": self.early_arrival_action if self.early_arrival is not None else None,
+            "late_arrival": self.late_arrival_action,
+            "out_of_order": self.out_of_order_action,
+        }[policy]
+        return configured is not None and _PAST_TENSE[configured] == action
+
     def _counts(self, dead_letters: bool) -> list[Column]:
         from pyspark.sql import functions as F
 
@@ -358,6 +369,7 @@ class TimePolicy:
         counts = [
             F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(policy, action))
             for (policy, action), bit in VERDICT_BITS.items()
+            if self._can_happen(policy, action)
         ]
         if dead_letters:  # the stage after this one hands every dropped row over, or fails
             dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
