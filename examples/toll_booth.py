@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import sys
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import structlog
 
 import wmobs
 from wmobs import TimePolicy
@@ -37,7 +39,7 @@ def generate(directory: Path, records: int, seed: int = 3) -> int:
     rows = []
     for i in range(records):
         arrival = START + timedelta(seconds=i * 0.5)
-        entry: datetime | None = arrival - timedelta(seconds=rnd.uniform(0, 5))
+        entry = arrival - timedelta(seconds=rnd.uniform(0, 5))
         roll = rnd.random()
         if roll < 0.03:
             entry = arrival + timedelta(minutes=rnd.uniform(6, 30))  # clock far ahead
@@ -45,15 +47,16 @@ def generate(directory: Path, records: int, seed: int = 3) -> int:
             entry = arrival - timedelta(minutes=rnd.uniform(2, 20))  # uploaded late
         elif roll < 0.20:
             entry = arrival - timedelta(seconds=rnd.uniform(5, 40))  # out of order
-        elif roll < 0.21:
-            entry = None  # the booth sent no time
+        text: str | None = entry.isoformat()
+        if 0.20 <= roll < 0.205:
+            text = None  # the booth sent no time
+        elif 0.205 <= roll < 0.21:
+            text = "garbage"
         rows.append(
             {
                 "TollId": rnd.randint(1, 5),
                 "LicensePlate": f"{rnd.choice('ABCDEFGH')}{rnd.randint(100, 999)}",
-                "EntryTime": "garbage"
-                if roll >= 0.205 and roll < 0.21
-                else (entry.isoformat() if entry else None),
+                "EntryTime": text,
                 "ArrivalTime": arrival.isoformat(),
             }
         )
@@ -73,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
+    # An application configures logging; wmobs only logs. Show info and above.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     work = Path(tempfile.mkdtemp(prefix="wmobs-tolls-"))
     records = generate(work / "uploads", args.records)
     spark = local_spark("wmobs-toll-booth")
