@@ -23,6 +23,30 @@ import wmobs
 from tests._streaming import ProgressWaiter, wait_until, windowed_query, write_events
 
 
+def run_policy(spark: object, work: Path, now: float) -> int:
+    """A global TimePolicy over Connect: the watermark source, observe and dead letters."""
+    from wmobs import TimePolicy
+
+    rows = [now - 1, now - 3600, now + 3600]  # on time; 1 h late (adjusted); 1 h early
+    write_events(work / "policy_in", 0, rows)
+    checkpoint = str(work / "policy_ckpt")
+    stream = spark.readStream.schema("event_time TIMESTAMP, value LONG").json(  # type: ignore[attr-defined]
+        str(work / "policy_in")
+    )
+    out = TimePolicy(event_time="event_time", arrival_time=None, late_arrival="5 minutes").apply(
+        stream, checkpoint_location=checkpoint, dead_letter=str(work / "dead")
+    )
+    query = (
+        out.writeStream.queryName("policy_connect")
+        .format("memory")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return int(spark.sql("select count(*) from policy_connect").collect()[0][0])  # type: ignore[attr-defined]
+
+
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -55,6 +79,9 @@ def main() -> None:
     measured_delay = time.time() - (snap.watermark or 0.0)
     query.stop()
     wait_until(lambda: not monitor.snapshot("wm_connect").active)  # type: ignore[union-attr]
+    policy_counts = run_policy(spark, work, now)
+    wait_until(lambda: monitor.snapshot("policy_connect").active is False)  # type: ignore[union-attr]
+    policy_snap = monitor.snapshot("policy_connect")
     result = {
         "session": type(spark).__module__,
         "rows_written": rows,
@@ -65,6 +92,12 @@ def main() -> None:
         "scraped": scraped,
         "active_after_stop": monitor.snapshot("wm_connect").active,  # type: ignore[union-attr]
         "errors": monitor.listener.errors,
+        "policy_kept": policy_counts,
+        "policy_events": {
+            f"{p}:{a}": n
+            for (p, a), n in (policy_snap.policy_events if policy_snap else {}).items()
+        },
+        "policy_dead_letters": policy_snap.dead_letter_rows if policy_snap else None,
     }
     monitor.close()
     spark.stop()

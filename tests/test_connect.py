@@ -35,6 +35,11 @@ def test_attach_over_spark_connect() -> None:
     assert result["watermark"] == pytest.approx(result["expected_watermark"], abs=0.01)
     assert result["active_after_stop"] is False
     assert result["errors"] == 0
+    # A global TimePolicy over Connect: one row late (adjusted), one early (dead-lettered).
+    assert result["policy_kept"] == 2
+    assert result["policy_events"]["late_arrival:adjusted"] == 1
+    assert result["policy_events"]["early_arrival:dropped"] == 1
+    assert result["policy_dead_letters"] == 1
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(result["scraped"])

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
 
 from wmobs._durations import to_micros
-from wmobs._substreams import judge_key, judge_key_reference
+from wmobs._substreams import judge_bucket, judge_key_reference
+
+
+def _one_key(state: int | None, ts: list[int], candidate: list[bool], tol: int, drop: bool) -> Any:
+    n = len(ts)
+    return judge_bucket(
+        {} if state is None else {7: state},
+        np.full(n, 7, dtype=np.int64),
+        np.arange(n, dtype=np.int64),
+        np.array(ts, dtype=np.int64),
+        np.array(candidate, dtype=bool),
+        tolerance_us=tol,
+        drop=drop,
+    )
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_vectorised_judge_matches_the_definition(seed: int) -> None:
+def test_one_key_matches_the_definition(seed: int) -> None:
     rnd = random.Random(seed)
     n = rnd.randint(0, 40)
     tolerance = rnd.choice([0, 1, 5, 30])
@@ -21,27 +35,19 @@ def test_vectorised_judge_matches_the_definition(seed: int) -> None:
     events = [(rnd.randint(0, 120), rnd.random() < 0.85) for _ in range(n)]
 
     expected = judge_key_reference(state, events, tolerance, drop)
-    got = judge_key(
-        state,
-        np.array([t for t, _ in events], dtype=np.int64),
-        np.array([c for _, c in events], dtype=bool),
-        tolerance,
-        drop,
-    )
+    got = _one_key(state, [t for t, _ in events], [c for _, c in events], tolerance, drop)
     assert got.system_us.tolist() == expected[0]
     assert got.out_of_order.tolist() == expected[1]
-    assert got.new_max_us == expected[2]
+    assert got.new_max.get(7) == expected[2]
 
 
 def test_batches_chain_through_the_state() -> None:
     """Judging in two batches with the state in between equals judging all at once."""
     rnd = random.Random(7)
-    events = [(rnd.randint(0, 500), True) for _ in range(60)]
-    whole = judge_key_reference(None, events, 20, drop=False)
-    first = judge_key(None, np.array([t for t, _ in events[:25]]), np.ones(25, bool), 20, False)
-    second = judge_key(
-        first.new_max_us, np.array([t for t, _ in events[25:]]), np.ones(35, bool), 20, False
-    )
+    ts = [rnd.randint(0, 500) for _ in range(60)]
+    whole = judge_key_reference(None, [(t, True) for t in ts], 20, drop=False)
+    first = _one_key(None, ts[:25], [True] * 25, 20, False)
+    second = _one_key(first.new_max[7], ts[25:], [True] * 35, 20, False)
     assert first.system_us.tolist() + second.system_us.tolist() == whole[0]
 
 
@@ -59,3 +65,46 @@ def test_durations() -> None:
         to_micros("soon", "out_of_order")
     with pytest.raises(TypeError, match="early_arrival"):
         to_micros(5, "early_arrival")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_bucket_judge_matches_per_key_definition(seed: int) -> None:
+    rnd = random.Random(1000 + seed)
+    n = rnd.randint(0, 60)
+    tolerance = rnd.choice([0, 3, 20])
+    drop = rnd.random() < 0.5
+    key_pool = [rnd.randint(-(2**62), 2**62) for _ in range(rnd.randint(1, 6))]
+    state = {
+        k: rnd.randint(1_800_000_000_000_000, 1_800_000_000_000_200)
+        for k in key_pool
+        if rnd.random() < 0.4
+    }
+    keys = [rnd.choice(key_pool) for _ in range(n)]
+    arrival = [rnd.randint(0, 30) for _ in range(n)]  # ties: input order decides
+    ts = [1_800_000_000_000_000 + rnd.randint(0, 200) for _ in range(n)]
+    cand = [rnd.random() < 0.85 for _ in range(n)]
+
+    got = judge_bucket(
+        state,
+        np.array(keys, dtype=np.int64),
+        np.array(arrival, dtype=np.int64),
+        np.array(ts, dtype=np.int64),
+        np.array(cand, dtype=bool),
+        tolerance_us=tolerance,
+        drop=drop,
+    )
+    expected_system = [0] * n
+    expected_ooo = [False] * n
+    expected_max = dict(state)
+    for key in set(keys):
+        rows = sorted((i for i in range(n) if keys[i] == key), key=lambda i: (arrival[i], i))
+        system, flags, last = judge_key_reference(
+            state.get(key), [(ts[i], cand[i]) for i in rows], tolerance, drop
+        )
+        for i, value, flag in zip(rows, system, flags, strict=True):
+            expected_system[i], expected_ooo[i] = value, flag
+        if last is not None:
+            expected_max[key] = last
+    assert got.system_us.tolist() == expected_system
+    assert got.out_of_order.tolist() == expected_ooo
+    assert got.new_max == expected_max

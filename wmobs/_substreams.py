@@ -4,13 +4,13 @@ The per-key rule, event at a time: a key's watermark is the largest system times
 earlier kept events minus the out-of-order tolerance; an event below it is out of order and is
 adjusted up to it or dropped. Neither an adjusted nor a dropped event can raise the key's
 maximum (both stay below it), so the maximum before event *i* is the running maximum of the
-key's candidate events before *i*: :func:`judge_key` computes a whole batch of a key at once with
-NumPy, no per-row Python loop. :func:`judge_key_reference` is the event-at-a-time definition the
-tests compare it with.
+key's candidate events before *i*: :func:`judge_bucket` computes a whole batch of many keys at
+once with NumPy, no per-row Python loop. :func:`judge_key_reference` is the event-at-a-time
+definition the tests compare it with.
 
-State per key: one value (the largest system timestamp, microseconds), evicted after
-``substream_ttl`` of processing time without input when one is set (Spark's state TTL); a key
-that returns after eviction starts afresh. Without a TTL, state is one value per key ever seen.
+State: keys are hashed (64-bit xxhash of the substream columns) into ``BUCKETS`` groups; each
+bucket keeps one state value with its keys' largest system timestamps and last-seen times. A key
+not seen for ``substream_ttl`` is dropped from its bucket when the bucket next gets rows.
 """
 
 from __future__ import annotations
@@ -22,41 +22,76 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["KeyVerdicts", "judge_key", "judge_key_reference"]
+__all__ = ["BUCKETS", "BucketVerdicts", "judge_bucket", "judge_key_reference", "make_processor"]
 
 _NONE = np.iinfo(np.int64).min
 
 
 @dataclass
-class KeyVerdicts:
+class BucketVerdicts:
     system_us: npt.NDArray[np.int64]
     out_of_order: npt.NDArray[np.bool_]
-    new_max_us: int | None
+    new_max: dict[int, int]
+    """Largest candidate system timestamp per key seen in this batch (merged with the state)."""
 
 
-def judge_key(
-    state_max_us: int | None,
+def judge_bucket(
+    state: dict[int, int],
+    keys: npt.NDArray[np.int64],
+    arrival_us: npt.NDArray[np.int64],
     ts_us: npt.NDArray[np.int64],
     candidate: npt.NDArray[np.bool_],
+    *,
     tolerance_us: int,
     drop: bool,
-) -> KeyVerdicts:
-    """Judge one key's events (already in arrival order) against the key's own watermark.
+) -> BucketVerdicts:
+    """Judge rows of many keys: per key in arrival order (ties keep input order) against the
+    key's own watermark, each key starting from ``state[key]``. ``candidate`` marks rows still
+    in play (not dropped by an earlier policy); others pass through and do not move the
+    watermark. With ``drop`` out-of-order rows keep their timestamps (the caller drops them);
+    otherwise they are adjusted up to the watermark.
 
-    ``candidate`` marks events still in play (not dropped by an earlier policy); others pass
-    through untouched and do not move the watermark. With ``drop`` the out-of-order events keep
-    their timestamps (the caller drops them); otherwise they are adjusted to the watermark.
+    One NumPy pass: sort by (key, arrival), a running maximum that restarts at every key, then
+    back to input order. Results are returned in the input order.
     """
-    start = _NONE if state_max_us is None else state_max_us
-    masked = np.where(candidate, ts_us, _NONE)
-    running = np.maximum.accumulate(np.concatenate(([start], masked)))
-    before = running[:-1]
+    n = len(keys)
+    if n == 0:
+        return BucketVerdicts(ts_us.astype(np.int64), np.zeros(0, bool), dict(state))
+    order = np.lexsort((np.arange(n), arrival_us, keys))
+    k, ts, cand = keys[order], ts_us[order], candidate[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    group = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    unique_keys = k[starts]
+    initial = np.array([state.get(int(key), _NONE) for key in unique_keys], dtype=np.int64)
+    masked = np.where(cand, ts, _NONE)
+    # Running maximum restarting at each key: shift every key's values into its own band.
+    known = masked[masked != _NONE]
+    low = int(known.min()) if known.size else 0
+    band = int(known.max()) - low + 2 if known.size else 1
+    shifted = np.where(masked == _NONE, 0, masked - low + 1) + group * band
+    inclusive = np.maximum.accumulate(shifted) - group * band  # 0 = nothing yet in this key
+    before_rel = np.empty(n, dtype=np.int64)
+    before_rel[0] = 0
+    before_rel[1:] = inclusive[:-1]
+    before_rel[first] = 0
+    before = np.where(before_rel > 0, before_rel - 1 + low, _NONE)
+    before = np.maximum(before, initial[group])
     has_mark = before != _NONE
     watermark = np.where(has_mark, before - tolerance_us, _NONE)
-    out_of_order = candidate & has_mark & (ts_us < watermark)
-    system = ts_us if drop else np.where(out_of_order, watermark, ts_us)
-    last = int(running[-1])
-    return KeyVerdicts(system.astype(np.int64), out_of_order, None if last == _NONE else last)
+    ooo = cand & has_mark & (ts < watermark)
+    system = ts if drop else np.where(ooo, watermark, ts)
+    last = np.maximum(np.maximum.reduceat(masked, starts), initial)
+    new_max = dict(state)
+    for key, value in zip(unique_keys.tolist(), last.tolist(), strict=True):
+        if value != _NONE:
+            new_max[key] = value
+    out_system = np.empty(n, dtype=np.int64)
+    out_ooo = np.empty(n, dtype=bool)
+    out_system[order] = system
+    out_ooo[order] = ooo
+    return BucketVerdicts(out_system, out_ooo, new_max)
 
 
 def judge_key_reference(
@@ -84,18 +119,30 @@ def judge_key_reference(
     return system, flags, current
 
 
+BUCKETS = 64
+"""Substream keys are spread over this many groups: one stateful call per bucket and batch."""
+
+
 def make_processor(
     *,
     tolerance_us: int,
     drop: bool,
     ttl_ms: int | None,
+    key_column: str,
     ts_column: str,
     arrival_column: str,
     verdict_column: str,
     candidate_bits: int,
     ooo_bit: int,
 ) -> Any:
-    """The ``StatefulProcessor`` for ``transformWithStateInPandas`` (imports PySpark lazily)."""
+    """The ``StatefulProcessor`` for ``transformWithStateInPandas`` over key buckets.
+
+    The state of a bucket is one value: the 64-bit hashes of its keys, each key's largest
+    system timestamp and when it was last seen (processing time, for ``ttl_ms``): two state
+    round trips per bucket and micro-batch, however many keys. Imports PySpark lazily.
+    """
+    import time
+
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import (
         StatefulProcessor,
@@ -104,7 +151,9 @@ def make_processor(
 
     class SubstreamProcessor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
-            self.max_state = handle.getValueState("max_system_us", "max_system_us LONG", ttl_ms)
+            self.bucket = handle.getValueState(
+                "substreams", "keys ARRAY<LONG>, maxima ARRAY<LONG>, seen_ms ARRAY<LONG>"
+            )
 
         def handleInputRows(
             self,
@@ -114,22 +163,34 @@ def make_processor(
         ) -> Iterator[pd.DataFrame]:
             frames = list(rows)
             pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-            pdf = pdf.sort_values(arrival_column, kind="stable", ignore_index=True)
-            stored = self.max_state.get() if self.max_state.exists() else None
-            state_max = None if stored is None else int(stored[0])
+            now_ms = int(time.time() * 1000)
+            stored = self.bucket.get()
+            keys = [] if stored is None else list(stored[0])
+            state = dict(zip(keys, [] if stored is None else stored[1], strict=True))
+            seen = dict(zip(keys, [] if stored is None else stored[2], strict=True))
             verdicts = pdf[verdict_column].to_numpy(dtype=np.int64)
-            candidate = (verdicts & candidate_bits) == 0
-            judged = judge_key(
-                state_max,
+            row_keys = pdf[key_column].to_numpy(dtype=np.int64)
+            judged = judge_bucket(
+                state,
+                row_keys,
+                pdf[arrival_column].to_numpy(dtype=np.int64),
                 pdf[ts_column].to_numpy(dtype=np.int64),
-                candidate,
-                tolerance_us,
-                drop,
+                (verdicts & candidate_bits) == 0,
+                tolerance_us=tolerance_us,
+                drop=drop,
             )
             pdf[ts_column] = judged.system_us
             pdf[verdict_column] = np.where(judged.out_of_order, verdicts | ooo_bit, verdicts)
-            if judged.new_max_us is not None:  # also refreshes the key's TTL
-                self.max_state.update((judged.new_max_us,))
+            for touched in np.unique(row_keys).tolist():
+                seen[touched] = now_ms
+            live = [
+                k
+                for k in judged.new_max
+                if ttl_ms is None or seen.get(k, now_ms) >= now_ms - ttl_ms
+            ]
+            self.bucket.update(
+                (live, [judged.new_max[k] for k in live], [seen.get(k, now_ms) for k in live])
+            )
             yield pdf
 
         def close(self) -> None:

@@ -89,6 +89,8 @@ _DROP_POLICIES = [
 _TS = "wmobs__ts_us"
 _ARRIVAL = "wmobs__arrival_us"
 _VERDICT = "wmobs__verdict"
+_KEY = "wmobs__key"
+_BUCKET = "wmobs__bucket"
 _WATERMARK = "wmobs_watermark_ms"
 _BATCH = "wmobs_batch_id"
 _ACTIONS = ("adjust", "drop")
@@ -120,11 +122,10 @@ class TimePolicy:
     substream_by: Sequence[str] | None = None
     name: str | None = None
     substream_ttl: str | timedelta | None = None
-    """With ``substream_by``: evict the state of a key idle this long (processing time).
+    """With ``substream_by``: forget a key not seen for this long (processing time).
 
-    ``None`` keeps one small value per key for as long as the query runs. A TTL uses Spark's
-    processing-time state TTL, which makes Spark run a no-data micro-batch on every trigger:
-    give such a query a trigger interval (``trigger(processingTime="10 seconds")``).
+    ``None`` keeps two longs per key for as long as the query runs. Keys are forgotten when
+    their bucket next receives rows; a forgotten key that returns starts afresh.
     """
     _micros: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -329,7 +330,10 @@ class TimePolicy:
 
     def _substream_out_of_order(self, df: DataFrame) -> DataFrame:
         """Per key, in arrival order, with ``transformWithStateInPandas``."""
-        from wmobs._substreams import make_processor
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import TimestampType
+
+        from wmobs._substreams import BUCKETS, make_processor
 
         drop = self.out_of_order_action == "drop"
         ttl_us = self._micros.get("substream_ttl")
@@ -337,19 +341,35 @@ class TimePolicy:
             tolerance_us=self._micros["out_of_order"],
             drop=drop,
             ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
+            key_column=_KEY,
             ts_column=_TS,
             arrival_column=_ARRIVAL,
             verdict_column=_VERDICT,
             candidate_bits=DROPPED_BITS,
             ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
         )
-        keys = [f"`{c}`" for c in self.substream_by or ()]
-        return df.groupBy(*keys).transformWithStateInPandas(
+        keys = [F.col(f"`{c}`") for c in self.substream_by or ()]
+        # Timestamps cross into pandas as plain microseconds: converting them is most of the
+        # cost of the Arrow -> pandas round trip; they are restored right after.
+        timestamps = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
+        keyed = df.select(
+            *[
+                F.unix_micros(F.col(f"`{c}`")).alias(c) if c in timestamps else F.col(f"`{c}`")
+                for c in df.columns
+            ],
+            F.xxhash64(*keys).alias(_KEY),
+        ).withColumn(_BUCKET, F.pmod(F.col(_KEY), F.lit(BUCKETS)))
+        judged = keyed.groupBy(_BUCKET).transformWithStateInPandas(
             statefulProcessor=processor,
-            outputStructType=df.schema,
+            outputStructType=keyed.schema,
             outputMode="Append",
-            # A state TTL is processing time; without one, no timers: no idle micro-batches.
-            timeMode="None" if ttl_us is None else "ProcessingTime",
+            timeMode="None",  # wmobs evicts idle keys itself: no timers, no idle micro-batches
+        )
+        return judged.select(
+            *[
+                F.timestamp_micros(F.col(f"`{c}`")).alias(c) if c in timestamps else F.col(f"`{c}`")
+                for c in judged.columns
+            ]
         )
 
     def _can_happen(self, policy: str, action: str) -> bool:
