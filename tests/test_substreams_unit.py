@@ -108,3 +108,52 @@ def test_bucket_judge_matches_per_key_definition(seed: int) -> None:
     assert got.system_us.tolist() == expected_system
     assert got.out_of_order.tolist() == expected_ooo
     assert got.new_max == expected_max
+
+
+def test_idle_keys_are_forgotten_after_the_ttl() -> None:
+    """The real processor under PySpark's TwsTester (no JVM), with a controlled clock."""
+    pd = pytest.importorskip("pandas")
+    tws = pytest.importorskip("pyspark.sql.streaming.tws_tester")
+    from wmobs._substreams import make_processor
+
+    now = [1000.0]
+    processor = make_processor(
+        tolerance_us=0,
+        drop=False,
+        ttl_ms=60_000,
+        key_column="k",
+        ts_column="ts",
+        arrival_column="arrival",
+        verdict_column="v",
+        candidate_bits=1,
+        ooo_bit=32,
+        clock=lambda: now[0],
+    )
+    tester = tws.TwsTester(processor)
+
+    def feed(rows: list[tuple[int, int]]) -> list[int]:
+        frame = pd.DataFrame(
+            {
+                "k": [k for k, _ in rows],
+                "ts": [t for _, t in rows],
+                "arrival": list(range(len(rows))),
+                "v": [0] * len(rows),
+            }
+        )
+        return tester.testInPandas((0,), frame)["ts"].tolist()
+
+    def keys() -> set[int]:
+        return set(tester.peekValueState("substreams", (0,))[0])
+
+    feed([(1, 500), (2, 900)])
+    assert keys() == {1, 2}
+    now[0] += 30  # key 2 idle for 30 s: kept
+    assert feed([(1, 600)]) == [600]
+    assert keys() == {1, 2}
+    now[0] += 45  # key 2 idle for 75 s > 60 s: forgotten
+    assert feed([(1, 700)]) == [700]
+    assert keys() == {1}
+    # Key 2 returns: it starts afresh, so 100 (far below its old 900) is not out of order.
+    assert feed([(2, 100)]) == [100]
+    # Key 1 was never idle: 10 is below its watermark 700 and is adjusted up to it.
+    assert feed([(1, 10)]) == [700]

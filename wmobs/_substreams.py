@@ -15,7 +15,7 @@ not seen for ``substream_ttl`` is dropped from its bucket when the bucket next g
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,14 +134,18 @@ def make_processor(
     verdict_column: str,
     candidate_bits: int,
     ooo_bit: int,
+    clock: Callable[[], float] | None = None,
 ) -> Any:
     """The ``StatefulProcessor`` for ``transformWithStateInPandas`` over key buckets.
 
     The state of a bucket is one value: the 64-bit hashes of its keys, each key's largest
     system timestamp and when it was last seen (processing time, for ``ttl_ms``): two state
-    round trips per bucket and micro-batch, however many keys. Imports PySpark lazily.
+    round trips per bucket and micro-batch, however many keys. ``clock`` (unix seconds,
+    default ``time.time``) is for tests. Imports PySpark lazily.
     """
     import time
+
+    now_s = clock or time.time
 
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import (
@@ -163,7 +167,7 @@ def make_processor(
         ) -> Iterator[pd.DataFrame]:
             frames = list(rows)
             pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-            now_ms = int(time.time() * 1000)
+            now_ms = int(now_s() * 1000)
             stored = self.bucket.get()
             keys = [] if stored is None else list(stored[0])
             state = dict(zip(keys, [] if stored is None else stored[1], strict=True))
