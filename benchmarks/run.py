@@ -85,6 +85,36 @@ def bench_event(iterations: int) -> dict[str, float]:
 # ---- 1. throughput -----------------------------------------------------------------------
 
 
+def _interleaved(variants: dict[str, Callable[[], float]], runs: int, rows: int) -> dict[str, Any]:
+    """One warm-up of each variant, then ``runs`` rounds of all of them in turn; medians and
+    ratios to ``variants["baseline"]`` of the same run."""
+    for fn in variants.values():  # warm-up: JIT, file listing caches, Python workers
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, fn in variants.items():
+            times[name].append(fn())
+    base = statistics.median(times["baseline"])
+    return {
+        name: {
+            "median_s": statistics.median(ts),
+            "rows_per_s": rows / statistics.median(ts),
+            "ratio_to_baseline": base / statistics.median(ts),
+            "runs_s": [round(t, 3) for t in ts],
+        }
+        for name, ts in times.items()
+    }
+
+
+def _report(title: str, result: dict[str, Any]) -> None:
+    print(f"\n{title}")
+    for name, r in result.items():
+        print(
+            f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "
+            f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}"
+        )
+
+
 def _make_input(spark: Any, directory: Path, rows: int, files: int) -> None:
     from pyspark.sql import functions as F
 
@@ -173,24 +203,11 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
         "wmobs.attach": attached,
         "wmobs.attach, stock PySpark bridge": lambda: attached(stock_bridge=True),
     }
-    for fn in variants.values():  # warm-up: JIT, file listing caches
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(runs):
-        for name, fn in variants.items():
-            times[name].append(fn())
-    spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
-    base = statistics.median(times["baseline"])
-    return {
-        name: {
-            "median_s": statistics.median(ts),
-            "rows_per_s": rows / statistics.median(ts),
-            "ratio_to_baseline": base / statistics.median(ts),
-            "runs_s": [round(t, 3) for t in ts],
-        }
-        for name, ts in times.items()
-    }
+    try:
+        return _interleaved(variants, runs, rows)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
@@ -266,23 +283,11 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
     }
     if only:
         variants = {k: v for k, v in variants.items() if k == "baseline" or k in only}
-    for fn in variants.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(runs):
-        for name, fn in variants.items():
-            times[name].append(fn())
-    spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
-    base = statistics.median(times["baseline"])
-    return {
-        name: {
-            "rows_per_s": rows / statistics.median(ts),
-            "ratio_to_baseline": base / statistics.median(ts),
-            "runs_s": [round(t, 3) for t in ts],
-        }
-        for name, ts in times.items()
-    }
+    try:
+        return _interleaved(variants, runs, rows)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -304,20 +309,10 @@ def main() -> None:
         print(f"one scrape of one query's metrics:       {event['scrape_us']:.1f} µs")
     if args.only in (None, "listener"):
         result = bench_listener(args.rows, max(3, args.runs))
-        print(f"\nwindowed aggregation, {args.rows:,} rows, 10 batches, median of {args.runs}:")
-        for name, r in result.items():
-            print(
-                f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "
-                f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}"
-            )
+        _report(f"windowed aggregation, {args.rows:,} rows, 10 batches, median of runs:", result)
     if args.only in (None, "policy"):
         result = bench_policy(args.rows, max(3, args.runs), args.variant)
-        print(f"\ntime policies in front of a windowed aggregation, {args.rows:,} rows:")
-        for name, r in result.items():
-            print(
-                f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "
-                f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}"
-            )
+        _report(f"time policies before a windowed aggregation, {args.rows:,} rows:", result)
 
 
 if __name__ == "__main__":

@@ -105,12 +105,12 @@ class Monitor:
             self._spark.streams.removeListener(self.listener)
         except Exception:
             _log.warning("wmobs.remove_listener_failed", exc_info=True)
-        self.tracker.close()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
         if self._private_provider is not None:
-            self._private_provider.shutdown()
+            self._private_provider.shutdown()  # a last OTLP push, with the final values
+        self.tracker.close()  # then an injected provider stops seeing wmobs' series
 
     def __enter__(self) -> Monitor:
         return self
