@@ -2,9 +2,11 @@
 
 A generator thread writes one JSON-lines file per second of sensor readings with realistic
 disorder into a temporary directory: most events a little behind the wall clock, some out of
-order by up to 20 s, some late by one to two minutes (behind the watermark: Spark drops them),
-a few from devices whose clocks run ahead, and regular idle gaps with no files at all. A
-windowed aggregation with a 30-second watermark reads them with Spark's file source.
+order by up to 20 s, some late by one to two minutes, a few from devices whose clocks run ahead,
+and regular idle gaps with no files at all. Each reading carries the time the generator
+received it (``arrival_time``). A :class:`wmobs.TimePolicy` judges every reading (early ones
+dropped, late ones dropped, out-of-order ones adjusted up to the watermark; dropped ones go to a
+dead-letter directory), and a windowed aggregation runs on its ``system_timestamp``.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from typing import Any
 import structlog
 
 from wmobs._tracker import BatchSummary, QuerySnapshot
+from wmobs.deadletter import DeadLetter
+from wmobs.policy import TimePolicy
 
 __all__ = ["DisorderedSource", "main"]
 
 QUERY_NAME = "wmobs_demo"
-WATERMARK_DELAY = "30 seconds"
 WINDOW = "10 seconds"
 
 
@@ -95,6 +98,7 @@ class DisorderedSource:
                 {
                     "device": f"device-{rnd.randrange(self.devices)}",
                     "event_time": _iso(event_time),
+                    "arrival_time": _iso(now),
                     "value": round(rnd.gauss(20.0, 5.0), 2),
                 }
             )
@@ -130,19 +134,41 @@ class DisorderedSource:
         self._thread.join(timeout=5)
 
 
-def build_query(spark: Any, source_dir: Path, checkpoint: Path, trigger: str = "2 seconds") -> Any:
-    """The demo's streaming query: a windowed count and mean per device, append mode."""
+POLICY = TimePolicy(
+    event_time="event_time",
+    arrival_time="arrival_time",
+    early_arrival="10 seconds",  # clocks more than 10 s fast: dropped (dead-lettered)
+    late_arrival="1 minute",  # more than a minute behind arrival: dropped (dead-lettered)
+    late_arrival_action="drop",
+    out_of_order="10 seconds",  # watermark = newest reading - 10 s; below it: adjusted up
+    name="demo",
+)
+
+
+def build_query(
+    spark: Any,
+    source_dir: Path,
+    checkpoint: Path,
+    dead_letters: Path,
+    trigger: str = "2 seconds",
+) -> Any:
+    """The demo's streaming query: time policy, then a windowed count and mean per device."""
     from pyspark.sql import functions as F
 
     events = (
-        spark.readStream.schema("device STRING, event_time TIMESTAMP, value DOUBLE")
+        spark.readStream.schema(
+            "device STRING, event_time TIMESTAMP, arrival_time TIMESTAMP, value DOUBLE"
+        )
         .option("maxFilesPerTrigger", 10)
         .json(str(source_dir))
     )
-    windows = (
-        events.withWatermark("event_time", WATERMARK_DELAY)
-        .groupBy(F.window("event_time", WINDOW), "device")
-        .agg(F.count("*").alias("readings"), F.avg("value").alias("mean_value"))
+    judged = POLICY.apply(
+        events,
+        checkpoint_location=str(checkpoint),
+        dead_letter=DeadLetter(str(dead_letters), format="json"),
+    )
+    windows = judged.groupBy(F.window("system_timestamp", WINDOW), "device").agg(
+        F.count("*").alias("readings"), F.avg("value").alias("mean_value")
     )
     return (
         windows.writeStream.queryName(QUERY_NAME)
@@ -177,11 +203,13 @@ def _summary_line(snap: QuerySnapshot, batch: BatchSummary, now: float) -> str:
         return "-" if value is None else f"{now - value:6.1f}s"
 
     watermark = "-" if snap.watermark is None else _iso(snap.watermark)[11:19]
-    dropped = sum(op.rows_dropped_by_watermark for op in snap.operators.values())
+    events = snap.policy_events
     return (
         f"batch {batch.batch_id:4d}  rows {batch.input_rows:5d}  watermark {watermark:>8}  "
         f"delay {age(snap.watermark)}  lag {age(snap.max_event_time)}  "
-        f"dropped-by-watermark {dropped}"
+        f"early-dropped {events.get(('early_arrival', 'dropped'), 0)}  "
+        f"late-dropped {events.get(('late_arrival', 'dropped'), 0)}  "
+        f"out-of-order-adjusted {events.get(('out_of_order', 'adjusted'), 0)}"
     )
 
 
@@ -225,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         spark, prometheus_port=args.port, prometheus_addr=args.addr, on_progress=print_batch
     )
     print(f"wmobs demo: metrics at {monitor.metrics_url}  (Ctrl-C to stop)", flush=True)
-    query = build_query(spark, workdir / "in", workdir / "checkpoint", args.trigger)
+    query = build_query(
+        spark, workdir / "in", workdir / "checkpoint", workdir / "dead-letters", args.trigger
+    )
+    print(f"wmobs demo: dead letters in {workdir / 'dead-letters'}", flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while not stop.is_set() and query.isActive:

@@ -1,0 +1,65 @@
+"""The README's main job: ``wmobs demo`` serves /metrics with a growing watermark delay."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.spark
+
+
+def test_demo_serves_metrics_and_stops_on_ctrl_c() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wmobs", "demo", "--port", "0", "--idle-every", "0",
+         "--rate", "100", "--trigger", "1 second", "--duration", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
+
+    def next_line(pattern: str, timeout: float = 180) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                assert proc.poll() is None, "the demo exited early"
+                continue
+            if match := re.search(pattern, line):
+                return match
+        raise AssertionError(f"no line matching {pattern!r}")
+
+    try:
+        url = next_line(r"metrics at (http://127\.0\.0\.1:\d+/metrics)").group(1)
+        next_line(r"batch +\d+ .*watermark \d\d:\d\d:\d\d")  # a batch with a watermark
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        query = ("query", "wmobs_demo")
+        assert samples[("wmobs_watermark_delay_seconds", (query,))] > 0
+        assert samples[("wmobs_input_rows_total", (query,))] > 0
+        assert samples[("wmobs_query_active", (query,))] == 1
+        policy = {k for k in samples if k[0] == "wmobs_policy_events_total"}
+        assert len(policy) == 8  # every known policy/action pair, from the first batch on
+        proc.send_signal(signal.SIGINT)
+        next_line(r"wmobs demo: wrote \d+ events .* stopped\.", timeout=120)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
