@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from wmobs.testing import parse_metrics
 
 pytestmark = pytest.mark.spark
 
@@ -40,11 +41,7 @@ def test_attach_over_spark_connect() -> None:
     assert result["policy_events"]["late_arrival:adjusted"] == 1
     assert result["policy_events"]["early_arrival:dropped"] == 1
     assert result["policy_dead_letters"] == 1
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(result["scraped"])
-        for s in family.samples
-    }
+    samples = parse_metrics(result["scraped"])
     key = (("query", "wm_connect"),)
     assert samples[("wmobs_input_rows_total", key)] == 6
     assert samples[("wmobs_watermark_delay_seconds", key)] == pytest.approx(

@@ -13,7 +13,8 @@ import time
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from wmobs.testing import parse_metrics
 
 pytestmark = pytest.mark.spark
 
@@ -45,11 +46,7 @@ def test_demo_serves_metrics_and_stops_on_ctrl_c() -> None:
         next_line(r"batch +\d+ .*watermark \d\d:\d\d:\d\d")  # a batch with a watermark
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
-        samples = {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
+        samples = parse_metrics(text)
         query = ("query", "wmobs_demo")
         assert samples[("wmobs_watermark_delay_seconds", (query,))] > 0
         assert samples[("wmobs_input_rows_total", (query,))] > 0

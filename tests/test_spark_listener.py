@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client.parser import text_string_to_metric_families
 
 import wmobs
+from wmobs.testing import parse_metrics
 
 from ._streaming import ProgressWaiter, wait_until, windowed_query, write_events
 
@@ -37,12 +37,7 @@ def _gauges(reader: InMemoryMetricReader) -> dict[tuple[str, tuple[tuple[str, An
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+        return parse_metrics(response.read().decode())
 
 
 def test_watermark_delay_rows_and_stop(spark: Any, tmp_path: Path) -> None:
@@ -150,18 +145,22 @@ def test_concurrent_queries_keep_separate_series(spark: Any, tmp_path: Path) -> 
     write_events(tmp_path / "b", 0, [now - 100 - k for k in range(8)])
     # A query started before attach is picked up too.
     qa = windowed_query(spark, tmp_path / "a", tmp_path / "ca", "wm_a")
-    with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
+    waiter = ProgressWaiter()
+    with wmobs.attach(
+        spark, meter_provider=MeterProvider(metric_readers=[reader]), on_progress=waiter
+    ) as monitor:
         assert monitor.snapshot("wm_a") is not None
         qb = windowed_query(spark, tmp_path / "b", tmp_path / "cb", "wm_b")
         try:
             for query in (qa, qb):
                 query.processAllAvailable()
             write_events(tmp_path / "a", 1, [now])
-            qa.processAllAvailable()  # wm_a's listener now sees at least one batch
-            wait_until(lambda: monitor.snapshot("wm_b").input_rows == 8)  # type: ignore[union-attr]
-            wait_until(lambda: monitor.snapshot("wm_a").input_rows >= 1)  # type: ignore[union-attr]
+            qa.processAllAvailable()
+            for name, query in (("wm_a", qa), ("wm_b", qb)):
+                waiter.wait_for_batch(name, query.lastProgress["batchId"])
             points = _gauges(reader)
             assert points[("wmobs.input.rows", (("query", "wm_b"),))] == 8
+            # 4 if wm_a's first batch (3 rows) ran after attach, 1 if before it.
             assert points[("wmobs.input.rows", (("query", "wm_a"),))] in (1, 4)
             wm_a = monitor.snapshot("wm_a").watermark  # type: ignore[union-attr]
             wm_b = monitor.snapshot("wm_b").watermark  # type: ignore[union-attr]

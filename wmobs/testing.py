@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from wmobs._tracker import Tracker
 from wmobs.metrics import Instruments
 
-__all__ = ["MetricsRecorder", "iso", "progress_json"]
+__all__ = ["MetricsRecorder", "iso", "parse_metrics", "progress_json"]
 
 _EPOCH = "1970-01-01T00:00:00.000Z"
 
@@ -126,6 +126,21 @@ def state_operator(
         "numShufflePartitions": 2,
         "numStateStoreInstances": 2,
         "customMetrics": {},
+    }
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A Prometheus text exposition (a ``/metrics`` scrape) as ``{(name, labels): value}``.
+
+    ``labels`` is a sorted tuple of ``(label, value)`` pairs, e.g.
+    ``samples[("wmobs_query_active", (("query", "q"),))]``.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
     }
 
 
