@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 import structlog
@@ -25,16 +24,10 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker
+from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker, format_timestamp
 from wmobs.metrics import Instruments
 
 __all__ = ["WmobsListener"]
-
-
-def _iso(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
 def progress_dict(progress: Any) -> Mapping[str, Any]:
@@ -150,7 +143,7 @@ class WmobsListener(StreamingQueryListener):
             query=summary.label,
             batch=summary.batch_id,
             rows=summary.input_rows,
-            watermark=_iso(summary.watermark),
+            watermark=format_timestamp(summary.watermark),
             delay_s=None if summary.watermark is None else round(now - summary.watermark, 3),
         )
         if summary.rows_dropped_by_watermark:

@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypeVar
+from datetime import datetime, timezone
+from typing import Any, TypeVar, overload
 
 from wmobs.observations import ACTIONS, POLICIES, ObservedCounts, parse_observed_metrics
 
@@ -23,6 +23,7 @@ __all__ = [
     "OperatorSnapshot",
     "QuerySnapshot",
     "Tracker",
+    "format_timestamp",
     "parse_timestamp",
 ]
 
@@ -41,6 +42,17 @@ def parse_timestamp(value: str | None) -> float | None:
         value = value[:-1] + "+00:00"
     seconds = datetime.fromisoformat(value).timestamp()
     return seconds if seconds != 0.0 else None
+
+
+@overload
+def format_timestamp(seconds: float) -> str: ...
+@overload
+def format_timestamp(seconds: None) -> None: ...
+def format_timestamp(seconds: float | None) -> str | None:
+    """Unix seconds as ISO-8601 UTC with milliseconds (for logs and the demo); ``None`` stays."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass

@@ -22,13 +22,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from wmobs._tracker import BatchSummary, QuerySnapshot
+from wmobs._tracker import BatchSummary, QuerySnapshot, format_timestamp
 from wmobs.deadletter import DeadLetter
 from wmobs.policy import TimePolicy
 
@@ -45,10 +44,6 @@ class Disorder:
     out_of_order: float = 0.10
     late: float = 0.02
     early: float = 0.01
-
-
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
 class DisorderedSource:
@@ -97,8 +92,8 @@ class DisorderedSource:
             out.append(
                 {
                     "device": f"device-{rnd.randrange(self.devices)}",
-                    "event_time": _iso(event_time),
-                    "arrival_time": _iso(now),
+                    "event_time": format_timestamp(event_time),
+                    "arrival_time": format_timestamp(now),
                     "value": round(rnd.gauss(20.0, 5.0), 2),
                 }
             )
@@ -202,7 +197,7 @@ def _summary_line(snap: QuerySnapshot, batch: BatchSummary, now: float) -> str:
     def age(value: float | None) -> str:
         return "-" if value is None else f"{now - value:6.1f}s"
 
-    watermark = "-" if snap.watermark is None else _iso(snap.watermark)[11:19]
+    watermark = "-" if snap.watermark is None else format_timestamp(snap.watermark)[11:19]
     events = snap.policy_events
     return (
         f"batch {batch.batch_id:4d}  rows {batch.input_rows:5d}  watermark {watermark:>8}  "

@@ -68,7 +68,6 @@ LATE_ADJUSTED = 8
 LATE_DROPPED = 16
 OOO_ADJUSTED = 32
 OOO_DROPPED = 64
-DROPPED_BITS = INVALID_DROPPED | EARLY_DROPPED | LATE_DROPPED | OOO_DROPPED
 VERDICT_BITS: dict[tuple[str, str], int] = {
     ("invalid_time", "dropped"): INVALID_DROPPED,
     ("early_arrival", "adjusted"): EARLY_ADJUSTED,
@@ -79,12 +78,8 @@ VERDICT_BITS: dict[tuple[str, str], int] = {
     ("out_of_order", "dropped"): OOO_DROPPED,
 }
 
-_DROP_POLICIES = [
-    ("invalid_time", INVALID_DROPPED),
-    ("early_arrival", EARLY_DROPPED),
-    ("late_arrival", LATE_DROPPED),
-    ("out_of_order", OOO_DROPPED),
-]
+_DROP_POLICIES = [(p, bit) for (p, action), bit in VERDICT_BITS.items() if action == "dropped"]
+DROPPED_BITS = sum(bit for _, bit in _DROP_POLICIES)
 
 _TS = "wmobs__ts_us"
 _ARRIVAL = "wmobs__arrival_us"
@@ -403,8 +398,3 @@ def _replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:
 
     kept = [F.col(f"`{c}`") for c in df.columns if c not in columns]
     return df.select(*kept, *[value.alias(name) for name, value in columns.items()])
-
-
-def describe_verdict(bits: int) -> list[tuple[str, str]]:
-    """The (policy, action) pairs of a verdict bit set, for logs and dead letters."""
-    return [key for key, bit in VERDICT_BITS.items() if bits & bit]
