@@ -15,6 +15,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from wmobs._fs import filesystem_for
+
 __all__ = ["SOURCE_NAME", "WatermarkSource", "read_batch_watermark"]
 
 SOURCE_NAME = "wmobs_batch_watermark"
@@ -27,15 +29,7 @@ class CheckpointNotFoundError(RuntimeError):
 
 def _read_text(path: str) -> str:
     """A small file from any filesystem pyarrow knows (local, HDFS, S3, GCS, ...)."""
-    if "://" not in path or path.startswith("file:"):
-        local = path[len("file:") :] if path.startswith("file:") else path
-        while local.startswith("//"):
-            local = local[1:]
-        with open(local, encoding="utf-8") as handle:
-            return handle.read()
-    from pyarrow import fs
-
-    filesystem, inner = fs.FileSystem.from_uri(path)
+    filesystem, inner = filesystem_for(path)
     with filesystem.open_input_stream(inner) as stream:
         return bytes(stream.read()).decode("utf-8")
 

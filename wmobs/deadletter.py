@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from wmobs._fs import filesystem_for
+
 __all__ = ["DeadLetter", "DeadLetterFunction"]
 
 DeadLetterFunction = Callable[[Any, int, int], None]
@@ -77,12 +79,7 @@ class DeadLetter:
 
 
 def _write_file(table: Any, directory: str, fmt: str, batch_id: int, partition_id: int) -> None:
-    from pyarrow import fs
-
-    if "://" in directory:
-        filesystem, base = fs.FileSystem.from_uri(directory)
-    else:
-        filesystem, base = fs.LocalFileSystem(), os.path.abspath(directory)
+    filesystem, base = filesystem_for(directory)
     folder = f"{base}/batch_id={batch_id}"
     filesystem.create_dir(folder, recursive=True)
     final = f"{folder}/part-{partition_id:05d}.{fmt}"
