@@ -14,22 +14,26 @@ from typing import Any
 from wmobs import BatchSummary, QuerySnapshot
 
 
-def write_events(directory: Path, index: int, event_times: Iterable[float]) -> int:
-    """One JSON-lines file of ``{"event_time", "value"}`` rows, appearing atomically."""
+def write_rows(directory: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    """One JSON-lines file, appearing atomically; each later file gets a later mtime (the
+    order in which Spark's file source reads them)."""
     directory.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "event_time": datetime.fromtimestamp(t, tz=timezone.utc).isoformat(),
-                "value": i,
-            }
-        )
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    target = directory / f"{name}.json"
+    os.replace(tmp, target)
+    mtime = time.time() - 3600 + len(list(directory.glob("*.json")))
+    os.utime(target, (mtime, mtime))
+
+
+def write_events(directory: Path, index: int, event_times: Iterable[float]) -> int:
+    """One file of ``{"event_time", "value"}`` rows (``part-<index>``); how many."""
+    rows = [
+        {"event_time": datetime.fromtimestamp(t, tz=timezone.utc).isoformat(), "value": i}
         for i, t in enumerate(event_times)
     ]
-    tmp = directory / f".part-{index:05d}.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, directory / f"part-{index:05d}.json")
-    return len(lines)
+    write_rows(directory, f"part-{index:05d}", rows)
+    return len(rows)
 
 
 def windowed_query(

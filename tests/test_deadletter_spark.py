@@ -13,8 +13,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import wmobs
 from wmobs import DeadLetter, TimePolicy
 
-from ._streaming import wait_until
-from .test_policy_spark import ts, write_rows
+from ._streaming import wait_until, write_rows
+from .test_policy_spark import ts
 
 pytestmark = pytest.mark.spark
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +14,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
 from wmobs import DeadLetter, TimePolicy
+from wmobs._tracker import parse_timestamp
 from wmobs.policy import ROCKSDB_PROVIDER
+from wmobs.testing import iso
 
-from ._streaming import wait_until
+from ._streaming import wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -65,18 +65,7 @@ def ts(hhmm: str) -> str:
 
 
 def epoch(hhmm: str) -> int:
-    return int(datetime.fromisoformat(ts(hhmm).replace("Z", "+00:00")).timestamp())
-
-
-def write_rows(directory: Path, name: str, rows: list[dict[str, Any]]) -> None:
-    """One JSON-lines file; each later file gets a later mtime (the file source's order)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{name}.tmp"
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    target = directory / f"{name}.json"
-    os.replace(tmp, target)
-    mtime = time.time() - 3600 + len(list(directory.glob("*.json")))
-    os.utime(target, (mtime, mtime))
+    return int(parse_timestamp(ts(hhmm)) or 0)
 
 
 def worked_rows() -> list[dict[str, Any]]:
@@ -226,10 +215,10 @@ def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> No
     """arrival_time=None, early disabled or adjusted, a function as dead-letter destination."""
     now = time.time()
     rows = [
-        {"id": 1, "EventTime": _iso(now - 600)},  # late by 10 min: adjusted to batch - 5 s
-        {"id": 2, "EventTime": _iso(now + 3600)},  # an hour early
+        {"id": 1, "EventTime": iso(now - 600)},  # late by 10 min: adjusted to batch - 5 s
+        {"id": 2, "EventTime": iso(now + 3600)},  # an hour early
         {"id": 3, "EventTime": None},  # invalid
-        {"id": 4, "EventTime": _iso(now - 1)},  # on time
+        {"id": 4, "EventTime": iso(now - 1)},  # on time
     ]
     write_rows(tmp_path / "in", "rows", rows)
     seen: list[int] = []
@@ -243,7 +232,7 @@ def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> No
         sink = tmp_path / f"dead-{label}"
         kept, counts, progress = _run_with_function_sink(spark, policy, tmp_path, label, sink)
         got[label] = kept
-        batch_time = epoch_of(progress[0]["timestamp"])
+        batch_time = parse_timestamp(progress[0]["timestamp"])
         assert kept[1] == pytest.approx(batch_time - 5, abs=1)
         assert kept[4] == int(now - 1) and 3 not in kept
         assert counts[("late_arrival", "adjusted")] == 1
@@ -252,14 +241,6 @@ def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> No
     assert got["disabled"][2] == int(now + 3600)  # no early policy: passes as is
     assert got["adjust"][2] == pytest.approx(got["adjust"][1] + 5, abs=1)  # batch time
     assert seen == [3, 3]  # the invalid row reached each function destination
-
-
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
-
-
-def epoch_of(spark_iso: str) -> int:
-    return int(datetime.fromisoformat(spark_iso.replace("Z", "+00:00")).timestamp())
 
 
 class _RecordingSink:
