@@ -89,10 +89,6 @@ class QuerySnapshot:
     terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     last_exception: str | None = None
 
-    def watermark_delay(self, now: float) -> float | None:
-        """Wall clock minus the largest watermark seen; ``None`` without a watermark."""
-        return None if self.watermark is None else now - self.watermark
-
 
 @dataclass(frozen=True)
 class BatchSummary:

@@ -87,7 +87,6 @@ _VERDICT = "wmobs__verdict"
 _KEY = "wmobs__key"
 _BUCKET = "wmobs__bucket"
 _WATERMARK = "wmobs_watermark_ms"
-_BATCH = "wmobs_batch_id"
 _ACTIONS = ("adjust", "drop")
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 _names = itertools.count()
