@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BUCKETS", "BucketVerdicts", "judge_bucket", "judge_key_reference", "make_processor"]
+__all__ = [
+    "BUCKETS",
+    "BucketVerdicts",
+    "judge_bucket",
+    "judge_key_reference",
+    "make_processor",
+]
 
 _NONE = np.iinfo(np.int64).min
 
@@ -134,6 +140,8 @@ def make_processor(
     verdict_column: str,
     candidate_bits: int,
     ooo_bit: int,
+    idle_timeout_ms: int | None = None,
+    idle_column: str | None = None,
     clock: Callable[[], float] | None = None,
 ) -> Any:
     """The ``StatefulProcessor`` for ``transformWithStateInPandas`` over key buckets.
@@ -142,6 +150,12 @@ def make_processor(
     system timestamp and when it was last seen (processing time, for ``ttl_ms``): two state
     round trips per bucket and micro-batch, however many keys. ``clock`` (unix seconds,
     default ``time.time``) is for tests. Imports PySpark lazily.
+
+    With ``idle_timeout_ms``, rows whose ``idle_column`` is ``HEARTBEAT`` wake the bucket:
+    every key idle for the timeout has its clock moved on (:func:`wmobs._idle.advance_idle_keys`,
+    the state then also keeps up to when), and the bucket emits one synthetic row (``ts_column``
+    = the largest moved clock, ``idle_column`` = the firings) instead of the heartbeat rows.
+    Real rows carry ``REAL`` in ``idle_column``.
     """
     import time
 
@@ -153,10 +167,17 @@ def make_processor(
         StatefulProcessorHandle,
     )
 
+    from wmobs._idle import HEARTBEAT, advance_idle_keys
+
+    idle = idle_timeout_ms is not None and idle_column is not None
+    arrays = ["keys", "maxima", "seen_ms"] + (["advanced_ms"] if idle else [])
+
     class SubstreamProcessor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
+            # A separate state name with idle timeout: its value has one more array.
             self.bucket = handle.getValueState(
-                "substreams", "keys ARRAY<LONG>, maxima ARRAY<LONG>, seen_ms ARRAY<LONG>"
+                "substreams_idle" if idle else "substreams",
+                ", ".join(f"{name} ARRAY<LONG>" for name in arrays),
             )
 
         def handleInputRows(
@@ -169,9 +190,19 @@ def make_processor(
             pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
             now_ms = int(now_s() * 1000)
             stored = self.bucket.get()
-            keys = [] if stored is None else list(stored[0])
-            state = dict(zip(keys, [] if stored is None else stored[1], strict=True))
-            seen = dict(zip(keys, [] if stored is None else stored[2], strict=True))
+            columns = [list(c) for c in stored] if stored is not None else [[] for _ in arrays]
+            keys = columns[0]
+            state = dict(zip(keys, columns[1], strict=True))
+            seen = dict(zip(keys, columns[2], strict=True))
+            advanced = (
+                {k: v for k, v in zip(keys, columns[3], strict=True) if v >= 0} if idle else {}
+            )
+            wake = None
+            if idle:
+                beats = pdf[idle_column].to_numpy(dtype=np.int64) == HEARTBEAT
+                if beats.any():
+                    wake = pdf[beats].head(1).copy()
+                    pdf = pdf[~beats]
             verdicts = pdf[verdict_column].to_numpy(dtype=np.int64)
             row_keys = pdf[key_column].to_numpy(dtype=np.int64)
             judged = judge_bucket(
@@ -183,19 +214,33 @@ def make_processor(
                 tolerance_us=tolerance_us,
                 drop=drop,
             )
-            pdf[ts_column] = judged.system_us
-            pdf[verdict_column] = np.where(judged.out_of_order, verdicts | ooo_bit, verdicts)
+            if len(pdf):
+                pdf = pdf.copy() if wake is not None else pdf
+                pdf[ts_column] = judged.system_us
+                pdf[verdict_column] = np.where(judged.out_of_order, verdicts | ooo_bit, verdicts)
+            maxima = judged.new_max
             for touched in np.unique(row_keys).tolist():
                 seen[touched] = now_ms
-            live = [
-                k
-                for k in judged.new_max
-                if ttl_ms is None or seen.get(k, now_ms) >= now_ms - ttl_ms
-            ]
-            self.bucket.update(
-                (live, [judged.new_max[k] for k in live], [seen.get(k, now_ms) for k in live])
-            )
-            yield pdf
+                advanced.pop(touched, None)
+            live = [k for k in maxima if ttl_ms is None or seen.get(k, now_ms) >= now_ms - ttl_ms]
+            if wake is not None and idle_timeout_ms is not None:
+                top, firings = advance_idle_keys(
+                    maxima,
+                    {k: seen.get(k, now_ms) for k in live},
+                    advanced,
+                    now_ms=now_ms,
+                    timeout_ms=idle_timeout_ms,
+                )
+                if top is not None or firings:
+                    wake[ts_column] = top if top is not None else 0
+                    wake[idle_column] = firings
+                    pdf = pd.concat([pdf, wake], ignore_index=True)
+            value = [live, [maxima[k] for k in live], [seen.get(k, now_ms) for k in live]]
+            if idle:
+                value.append([advanced.get(k, -1) for k in live])
+            self.bucket.update(tuple(value))
+            if len(pdf):
+                yield pdf
 
         def close(self) -> None:
             pass

@@ -8,6 +8,7 @@ thread-safe: Spark calls the listener on its own thread, Prometheus scrapes on a
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, overload
 
+from wmobs._idle import TICK as IDLE_TICK
 from wmobs.observations import ACTIONS, POLICIES, ObservedCounts, parse_observed_metrics
 
 __all__ = [
@@ -103,6 +105,16 @@ class BatchSummary:
     unknown_columns: tuple[str, ...] = ()
 
 
+def _heartbeat_rows(progress: Mapping[str, Any]) -> int:
+    """Rows of wmobs' idle-timeout heartbeat source (recognised by its offset), not input."""
+    total = 0
+    for source in progress.get("sources") or ():
+        end = source.get("endOffset")
+        if end is not None and IDLE_TICK in (end if isinstance(end, str) else json.dumps(end)):
+            total += int(source.get("numInputRows") or 0)
+    return total
+
+
 def _operator_labels(operators: list[Mapping[str, Any]]) -> list[str]:
     names = [str(op.get("operatorName") or "operator") for op in operators]
     if len(set(names)) == len(names):
@@ -176,13 +188,14 @@ class Tracker:
         """Fold one ``StreamingQueryProgress`` (as parsed JSON) into the query's snapshot."""
         query_id = str(progress["id"])
         batch_id = int(progress.get("batchId", -1))
-        rows = int(progress.get("numInputRows") or 0)
+        rows = int(progress.get("numInputRows") or 0) - _heartbeat_rows(progress)
         durations = progress.get("durationMs") or {}
         duration_ms = durations.get("triggerExecution", progress.get("batchDuration"))
         duration_s = None if duration_ms is None else float(duration_ms) / 1000.0
         event_time = progress.get("eventTime") or {}
         watermark = parse_timestamp(event_time.get("watermark"))
-        max_event_time = parse_timestamp(event_time.get("max"))
+        # A batch of idle-timeout heartbeats only has synthetic event times: not input.
+        max_event_time = parse_timestamp(event_time.get("max")) if rows > 0 else None
         batch_end = None
         if rows > 0:
             started = parse_timestamp(progress.get("timestamp"))

@@ -48,11 +48,18 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from wmobs._durations import to_micros
+from wmobs._idle import HEARTBEAT, REAL, default_check_interval_ms
 from wmobs.deadletter import DeadLetter, DeadLetterFunction, make_stage
-from wmobs.observations import DEAD_LETTER_COLUMN, OBSERVATION_PREFIX, policy_column
+from wmobs.observations import (
+    DEAD_LETTER_COLUMN,
+    IDLE_TIMEOUT_COLUMN,
+    OBSERVATION_PREFIX,
+    policy_column,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 __all__ = ["ROCKSDB_PROVIDER", "SYSTEM_TIMESTAMP", "TimePolicy"]
 
@@ -87,6 +94,7 @@ _VERDICT = "wmobs__verdict"
 _KEY = "wmobs__key"
 _BUCKET = "wmobs__bucket"
 _WATERMARK = "wmobs_watermark_ms"
+_IDLE = "wmobs__idle"
 _ACTIONS = ("adjust", "drop")
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 _names = itertools.count()
@@ -121,6 +129,14 @@ class TimePolicy:
     ``None`` keeps two longs per key for as long as the query runs. Keys are forgotten when
     their bucket next receives rows; a forgotten key that returns starts afresh.
     """
+    idle_timeout: str | timedelta | None = None
+    """Close the windows of a quiet stream: once the stream (with ``substream_by``: a key) has
+    had no input for this long (processing time), its clock runs on with processing time, so
+    Spark's watermark advances and a downstream window aggregation emits without new rows.
+    ``None`` (the default) is off. See :mod:`wmobs._idle` for the exact rule."""
+    idle_check_interval: str | timedelta | None = None
+    """How often the idle timeout looks (default: a quarter of ``idle_timeout``, within
+    100 ms..5 s). Windows close at most this much later than the rule says."""
     _micros: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -136,6 +152,14 @@ class TimePolicy:
             micros["substream_ttl"] = to_micros(self.substream_ttl, "substream_ttl")
         if self.early_arrival is not None:
             micros["early_arrival"] = to_micros(self.early_arrival, "early_arrival")
+        for argument in ("idle_timeout", "idle_check_interval"):
+            value = getattr(self, argument)
+            if value is not None:
+                micros[argument] = to_micros(value, argument)
+                if micros[argument] < 1000:
+                    raise ValueError(f"{argument}: must be at least 1 millisecond, got {value!r}")
+        if self.idle_check_interval is not None and self.idle_timeout is None:
+            raise ValueError("idle_check_interval: only meaningful with idle_timeout")
         _action(self.early_arrival_action, "early_arrival_action")
         _action(self.late_arrival_action, "late_arrival_action")
         _action(self.out_of_order_action, "out_of_order_action")
@@ -189,11 +213,20 @@ class TimePolicy:
             self._arrival_micros(df).alias(_ARRIVAL),
         )
         staged = self._arrival_policies(staged)
+        idle = "idle_timeout" in self._micros
         if self.substream_by is None:
+            if idle and checkpoint_location is None:
+                raise ValueError(
+                    "idle_timeout: without substream_by the idle timeout reads the query's "
+                    "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
+                )
             staged = self._global_out_of_order(staged, checkpoint_location)
+            if idle:
+                staged = staged.withColumn(_IDLE, F.lit(REAL).cast("long"))
+                staged = staged.unionByName(self._heartbeat(staged, checkpoint_location))
         else:
             staged = self._substream_out_of_order(staged)
-        observed = staged.observe(self.observation_name, *self._counts(sink is not None))
+        observed = staged.observe(self.observation_name, *self._counts(sink is not None, idle))
         if sink is None:
             kept = observed.filter((F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
         else:
@@ -202,8 +235,14 @@ class TimePolicy:
         out = kept.select(
             *[F.col(f"`{c}`") for c in columns],
             F.timestamp_micros(F.col(_TS)).alias(SYSTEM_TIMESTAMP),
-        )
-        return out.withWatermark(SYSTEM_TIMESTAMP, f"{self._micros['out_of_order']} microseconds")
+            *([F.col(_IDLE)] if idle else []),
+        ).withWatermark(SYSTEM_TIMESTAMP, f"{self._micros['out_of_order']} microseconds")
+        if not idle:
+            return out
+        # Synthetic rows have moved the watermark (above); none goes further. The filter names
+        # system_timestamp so the optimizer cannot push it below withWatermark.
+        real = (F.col(_IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
+        return out.filter(real).drop(_IDLE)
 
     # ---- validation -----------------------------------------------------------------------
 
@@ -331,6 +370,8 @@ class TimePolicy:
 
         drop = self.out_of_order_action == "drop"
         ttl_us = self._micros.get("substream_ttl")
+        idle_us = self._micros.get("idle_timeout")
+        idle_ms = None if idle_us is None else idle_us // 1000
         processor = make_processor(
             tolerance_us=self._micros["out_of_order"],
             drop=drop,
@@ -341,6 +382,8 @@ class TimePolicy:
             verdict_column=_VERDICT,
             candidate_bits=DROPPED_BITS,
             ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
+            idle_timeout_ms=idle_ms,
+            idle_column=_IDLE,
         )
         keys = [F.col(f"`{c}`") for c in self.substream_by or ()]
         # Timestamps cross into pandas as plain microseconds: converting them is most of the
@@ -353,6 +396,9 @@ class TimePolicy:
             ],
             F.xxhash64(*keys).alias(_KEY),
         ).withColumn(_BUCKET, F.pmod(F.col(_KEY), F.lit(BUCKETS)))
+        if idle_ms is not None:
+            keyed = keyed.withColumn(_IDLE, F.lit(REAL).cast("long"))
+            keyed = keyed.unionByName(self._heartbeat(keyed, None))
         judged = keyed.groupBy(_BUCKET).transformWithStateInPandas(
             statefulProcessor=processor,
             outputStructType=keyed.schema,
@@ -366,6 +412,48 @@ class TimePolicy:
             ]
         )
 
+    def _heartbeat(self, like: DataFrame, checkpoint: str | None) -> DataFrame:
+        """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
+        synthetic row of each tick, with substreams one wake-up row per key bucket."""
+        from pyspark.sql import functions as F
+
+        from wmobs._idle_source import SOURCE_NAME, IdleHeartbeatSource
+        from wmobs._substreams import BUCKETS
+
+        spark = like.sparkSession
+        spark.dataSource.register(IdleHeartbeatSource)
+        timeout_ms = self._micros["idle_timeout"] // 1000
+        interval_us = self._micros.get("idle_check_interval")
+        substreams = self.substream_by is not None
+        beats = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("mode", "substreams" if substreams else "global")
+            .option("checkpoint", checkpoint or "")
+            .option("timeout_ms", str(timeout_ms))
+            .option(
+                "interval_ms",
+                str(
+                    default_check_interval_ms(timeout_ms)
+                    if interval_us is None
+                    else interval_us // 1000
+                ),
+            )
+            .option("delay_ms", str(self._micros["out_of_order"] // 1000))
+            .option("buckets", str(BUCKETS))
+            .load()
+        )
+        special = {
+            _TS: F.lit(0) if substreams else F.col("wmobs_idle_ts_us"),
+            _IDLE: F.lit(HEARTBEAT) if substreams else F.col("wmobs_idle_firings"),
+            _BUCKET: F.col("wmobs_idle_bucket"),
+        }
+        return beats.select(
+            *[
+                special.get(f.name, _placeholder(f.dataType)).cast(f.dataType).alias(f.name)
+                for f in like.schema.fields
+            ]
+        )
+
     def _can_happen(self, policy: str, action: str) -> bool:
         """Only these verdicts are observed; the listener exports the others as 0."""
         configured = {
@@ -376,7 +464,7 @@ class TimePolicy:
         }[policy]
         return configured is not None and _PAST_TENSE[configured] == action
 
-    def _counts(self, dead_letters: bool) -> list[Column]:
+    def _counts(self, dead_letters: bool, idle: bool) -> list[Column]:
         from pyspark.sql import functions as F
 
         verdict = F.col(_VERDICT)
@@ -388,7 +476,29 @@ class TimePolicy:
         if dead_letters:  # the stage after this one hands every dropped row over, or fails
             dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
             counts.append(F.count_if(dropped).alias(DEAD_LETTER_COLUMN))
+        if idle:  # synthetic rows carry their firings; real rows -1
+            firings = F.when(F.col(_IDLE) > 0, F.col(_IDLE)).otherwise(F.lit(0))
+            counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
         return counts
+
+
+def _placeholder(data_type: DataType) -> Column:
+    """A non-null value of ``data_type`` for the columns of a synthetic row (never seen by the
+    user: a null would turn a whole integer column into floats on its way through pandas)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        return F.struct(*[_placeholder(f.dataType).alias(f.name) for f in data_type.fields])
+    if isinstance(data_type, T.ArrayType):
+        return F.array().cast(data_type)
+    if isinstance(data_type, T.MapType):
+        return F.create_map().cast(data_type)
+    if isinstance(data_type, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        return F.lit("1970-01-01").cast(data_type)
+    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType, T.BinaryType)):
+        return F.lit(0).cast(data_type)
+    return F.lit(None).cast(data_type)
 
 
 def _replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:

@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
+from wmobs._idle import TICK as IDLE_TICK
 from wmobs._tracker import Tracker
 from wmobs.metrics import Instruments
 
@@ -56,8 +57,12 @@ def progress_json(
     event_time_min: float | None = None,
     state_operators: list[Mapping[str, Any]] | None = None,
     observed: Mapping[str, Mapping[str, Any]] | None = None,
+    heartbeat_rows: int = 0,
 ) -> dict[str, Any]:
     """A progress event body as Spark's ``StreamingQueryProgress.json`` has it.
+
+    ``rows`` are input rows; ``heartbeat_rows`` adds the source of an idle-timeout policy with
+    that many rows (Spark counts them in ``numInputRows``; wmobs does not).
 
     ``watermark=None`` leaves ``eventTime`` out entirely (a query without a watermark);
     ``watermark=0`` gives Spark's "no watermark yet" epoch. ``id`` defaults to a UUID derived
@@ -79,7 +84,7 @@ def progress_json(
         "timestamp": iso(started),
         "batchId": batch_id,
         "batchDuration": duration_ms,
-        "numInputRows": rows,
+        "numInputRows": rows + heartbeat_rows,
         "inputRowsPerSecond": 0.0,
         "processedRowsPerSecond": 0.0,
         "durationMs": {"triggerExecution": duration_ms, "addBatch": duration_ms},
@@ -98,6 +103,20 @@ def progress_json(
         ],
         "sink": {"description": "MemorySink", "numOutputRows": 0, "metrics": {}},
     }
+    if heartbeat_rows:
+        tick = int(started * 1000)
+        progress["sources"].append(
+            {
+                "description": "PythonMicroBatchStreamWithAdmissionControl@1f2e3d4c",
+                "startOffset": {IDLE_TICK: tick - 250},
+                "endOffset": {IDLE_TICK: tick, "idle_since": tick - 1000},
+                "latestOffset": None,
+                "numInputRows": heartbeat_rows,
+                "inputRowsPerSecond": 0.0,
+                "processedRowsPerSecond": 0.0,
+                "metrics": {},
+            }
+        )
     if event_time:
         progress["eventTime"] = event_time
     if observed:

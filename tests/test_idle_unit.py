@@ -1,0 +1,223 @@
+"""The idle-timeout decisions, without a JVM: ticks, the global synthetic row, per-key clocks,
+the offsets-log reader, and the substreams processor under PySpark's TwsTester."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from wmobs._idle import (
+    HEARTBEAT,
+    REAL,
+    TICK,
+    InputActivity,
+    advance_idle_keys,
+    default_check_interval_ms,
+    global_synthetic,
+    next_tick,
+)
+from wmobs.testing import MetricsRecorder, progress_json
+
+S = 1000  # ms
+
+
+def test_ticks_wait_for_idleness_and_the_interval() -> None:
+    start = {TICK: 0}
+    # Not idle yet: no tick, however long since the last one.
+    assert next_tick(start, now_ms=10 * S, interval_ms=250, idle_since_ms=11 * S) is start
+    # Idle: a tick carrying when idleness began.
+    tick = next_tick(start, now_ms=11 * S, interval_ms=250, idle_since_ms=11 * S)
+    assert tick == {TICK: 11 * S, "idle_since": 11 * S}
+    # Within the interval of the previous tick: nothing new.
+    assert next_tick(tick, now_ms=11 * S + 249, interval_ms=250, idle_since_ms=11 * S) is tick
+    # Substreams tick every interval, idle or not.
+    assert next_tick(start, now_ms=5 * S, interval_ms=250, idle_since_ms=None) == {TICK: 5 * S}
+    assert default_check_interval_ms(1 * S) == 250
+    assert default_check_interval_ms(10) == 100
+    assert default_check_interval_ms(3600 * S) == 5 * S
+
+
+def test_global_clock_runs_on_with_processing_time_from_idleness() -> None:
+    """Last input at 100 s, timeout 1 s: ticks at 101.5, 102, 103 move the largest system
+    timestamp (watermark + delay) by the processing time since idleness began; one firing."""
+    idle_since = 101 * S
+    t0 = {TICK: 50 * S}  # a tick of an earlier idle period
+    t1 = {TICK: 101_500, "idle_since": idle_since}
+    t2 = {TICK: 102 * S, "idle_since": idle_since}
+    t3 = {TICK: 103 * S, "idle_since": idle_since}
+    watermark, delay = 99_000, 2 * S  # largest system timestamp so far: 101 s
+    assert global_synthetic(t0, t1, watermark_ms=watermark, delay_ms=delay) == (101_500_000, 1)
+    # Next batch: the synthetic row raised the watermark by 0.5 s; the clock goes on.
+    assert global_synthetic(t1, t2, watermark_ms=99_500, delay_ms=delay) == (102_000_000, 0)
+    assert global_synthetic(t2, t3, watermark_ms=100_000, delay_ms=delay) == (103_000_000, 0)
+    # Without a watermark there is nothing to move; without a tick, nothing to do.
+    assert global_synthetic(t0, t1, watermark_ms=None, delay_ms=delay) is None
+    assert global_synthetic(t1, t1 | {"idle_since": idle_since}, watermark_ms=1, delay_ms=0) is None
+    assert global_synthetic(t0, {TICK: 7}, watermark_ms=1, delay_ms=0) is None
+
+
+def test_a_firing_is_counted_even_when_the_first_tick_moves_nothing() -> None:
+    tick = {TICK: 101 * S, "idle_since": 101 * S}
+    assert global_synthetic({TICK: 0}, tick, watermark_ms=5 * S, delay_ms=0) == (5_000_000, 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_key_clocks_advance_by_the_idle_time(seed: int) -> None:
+    """Random arrivals and ticks for several keys: a key's clock equals its largest system
+    timestamp plus the processing time it has been idle beyond the timeout at the last tick;
+    every idle period that moved it is one firing; a busy key never moves."""
+    rng = random.Random(seed)
+    timeout = 1000
+    maxima: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    advanced: dict[int, int] = {}
+    firings_by_key = dict.fromkeys(range(4), 0)
+    idle_periods = dict.fromkeys(range(4), 0)
+    real_max: dict[int, int] = {}
+    now = 0
+    for _ in range(200):
+        now += rng.randint(50, 700)
+        if rng.random() < 0.5:
+            key = rng.randrange(4)
+            ts = now * 1000 + rng.randint(-500_000, 500_000)
+            if key in seen and key in advanced:
+                idle_periods[key] += 1
+            seen[key] = now
+            advanced.pop(key, None)
+            maxima[key] = max(maxima.get(key, ts), ts)
+            real_max[key] = maxima[key]
+        else:
+            before = set(advanced)
+            top, fired = advance_idle_keys(maxima, seen, advanced, now_ms=now, timeout_ms=timeout)
+            newly = set(advanced) - before
+            assert fired == len(newly)
+            for key in newly:
+                firings_by_key[key] += 1
+            moved = [maxima[k] for k in advanced]
+            assert top == (max(moved) if moved else None)
+            for key, last in seen.items():
+                idle = now - last - timeout
+                if idle < 0:
+                    assert key not in advanced  # busy: untouched
+                    assert maxima[key] == real_max[key]
+                else:
+                    assert maxima[key] == real_max[key] + idle * 1000
+    for key in seen:
+        assert firings_by_key[key] == idle_periods[key] + (1 if key in advanced else 0)
+
+
+def test_offsets_log_tells_input_batches_from_heartbeat_batches() -> None:
+    def offsets(ts: int, file_offset: int | None, tick: int | None) -> list[str]:
+        lines = ["v1", json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": ts})]
+        lines.append("-" if file_offset is None else json.dumps({"logOffset": file_offset}))
+        lines.append(json.dumps({TICK: tick}) if tick is not None else "-")
+        return lines
+
+    log: dict[int, list[str]] = {
+        0: offsets(1000, 0, None),
+        1: offsets(2000, 1, None),
+        2: offsets(3000, 1, 2900),  # heartbeat only
+    }
+    activity = InputActivity(lambda: [str(b) for b in log] + [".0.crc", "tmp"], log.__getitem__)
+    assert activity.refresh() == 2000
+    log[3] = offsets(4000, 1, 3900)
+    assert activity.refresh() == 2000
+    log[4] = offsets(5000, 2, 3900)  # input again, in the same batch as no new tick
+    assert activity.refresh() == 5000
+    # A restarted reader that sees only a later part of the log starts from its first batch.
+    late = InputActivity(lambda: ["3", "4"], log.__getitem__)
+    assert late.refresh() == 5000
+    tail = InputActivity(lambda: ["3"], log.__getitem__)
+    assert tail.refresh() == 4000
+    # Nothing yet.
+    assert InputActivity(lambda: [], log.__getitem__).refresh() is None
+
+
+def test_heartbeat_rows_are_not_input_rows() -> None:
+    """A heartbeat-only batch adds no input rows, leaves the source idle and the largest event
+    time alone (its event times are synthetic)."""
+    recorder = MetricsRecorder(clock=lambda: 200.0)
+    try:
+        tracker = recorder.tracker
+        tracker.on_progress(
+            progress_json(name="q", batch_id=0, timestamp=100.0, rows=3, event_time_max=100.0)
+        )
+        tracker.on_progress(
+            progress_json(
+                name="q",
+                batch_id=1,
+                timestamp=150.0,
+                rows=0,
+                heartbeat_rows=64,
+                event_time_max=5000.0,
+                watermark=140.0,
+            )
+        )
+        assert recorder.value("wmobs_input_rows_total", query="q") == 3
+        assert recorder.value("wmobs_event_time_lag_seconds", query="q") == 100.0
+        assert recorder.value("wmobs_source_idle_seconds", query="q") == pytest.approx(99.75)
+    finally:
+        recorder.shutdown()
+
+
+def test_processor_moves_quiet_keys_and_leaves_busy_ones() -> None:
+    """The real substreams processor under TwsTester with a controlled clock: key 1 goes
+    quiet, key 2 keeps sending; a heartbeat moves key 1 only, counts one firing, and emits one
+    synthetic row; the state of the quiet key is evicted after the TTL."""
+    pd = pytest.importorskip("pandas")
+    tws = pytest.importorskip("pyspark.sql.streaming.tws_tester")
+    from wmobs._substreams import make_processor
+
+    now = [100.0]
+    processor = make_processor(
+        tolerance_us=0,
+        drop=False,
+        ttl_ms=30_000,
+        key_column="k",
+        ts_column="ts",
+        arrival_column="arrival",
+        verdict_column="v",
+        candidate_bits=1,
+        ooo_bit=32,
+        idle_timeout_ms=1000,
+        idle_column="idle",
+        clock=lambda: now[0],
+    )
+    tester = tws.TwsTester(processor)
+
+    def feed(rows: list[tuple[int, int]], heartbeat: bool) -> pd.DataFrame:
+        keys = [k for k, _ in rows] + ([0] if heartbeat else [])
+        frame = pd.DataFrame(
+            {
+                "k": keys,
+                "ts": [t for _, t in rows] + ([0] if heartbeat else []),
+                "arrival": list(range(len(keys))),
+                "v": [0] * len(keys),
+                "idle": [REAL] * len(rows) + ([HEARTBEAT] if heartbeat else []),
+            }
+        )
+        return tester.testInPandas((0,), frame)
+
+    out = feed([(1, 100_000_000), (2, 100_000_000)], heartbeat=False)
+    assert out["idle"].tolist() == [REAL, REAL]
+    now[0] = 100.5
+    out = feed([(2, 100_500_000)], heartbeat=True)  # nobody idle for 1 s yet
+    assert out["idle"].tolist() == [REAL]
+    now[0] = 101.75
+    out = feed([(2, 101_700_000)], heartbeat=True)
+    synthetic = out[out["idle"] >= 0]
+    assert synthetic["idle"].tolist() == [1]  # key 1: one firing
+    assert synthetic["ts"].tolist() == [100_750_000]  # 100 s + 0.75 s idle beyond the timeout
+    now[0] = 102.0
+    out = feed([], heartbeat=True)  # the same idle period: moves on, no new firing
+    assert out["idle"].tolist() == [0]
+    assert out["ts"].tolist() == [101_000_000]
+    # Key 1 returns with an event behind its moved clock: out of order, adjusted up to it.
+    out = feed([(1, 100_900_000)], heartbeat=False)
+    assert out["ts"].tolist() == [101_000_000] and out["v"].tolist() == [32]
+    # Quiet for longer than the TTL: both keys are evicted on the next heartbeat.
+    now[0] = 140.0
+    feed([], heartbeat=True)
+    assert list(tester.peekValueState("substreams_idle", (0,))[0]) == []

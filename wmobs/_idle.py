@@ -1,0 +1,192 @@
+"""Idle timeout: the logic that decides a firing (pure Python, no Spark, injectable clocks).
+
+Spark advances a watermark only when a row passes its ``withWatermark`` operator, and runs a
+micro-batch only when a source has new data, so the last window of a quiet stream never
+closes. wmobs' idle timeout adds a *heartbeat* source to the query. When the stream (or, with
+``substream_by``, a key) has had no input for ``idle_timeout`` of processing time, the
+heartbeat makes Spark run a micro-batch and carries one *synthetic* row whose system timestamp
+moves the watermark on; a filter right after ``withWatermark`` removes it before any operator
+of yours sees it.
+
+The rule, one stream (or key) at a time. Let ``a`` be the processing time of its last input
+and ``M`` the largest system timestamp it has had. From ``a + idle_timeout`` on, its clock
+runs on with processing time::
+
+    clock(now) = M + (now - (a + idle_timeout))          while no new input arrives
+
+so its watermark ``clock - out_of_order`` passes the end ``E`` of an open window once
+processing time passes ``E + idle_timeout + out_of_order`` for a stream whose event times
+track processing time (the Atlas Stream Processing rule, plus Spark's own tolerance). A stream
+whose event time lags processing time keeps its lag: the clock moves by the idle time, it does
+not jump to the wall clock, so a stream that resumes after a pause is not judged out of order.
+Each idle period that moves a clock is one **firing**, counted once however long it lasts.
+
+The global heartbeat learns ``a`` from the query's offsets log (a batch had input when any
+source other than the heartbeat moved its offset); substreams keep ``a`` per key in their
+state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "HEARTBEAT",
+    "REAL",
+    "TICK",
+    "InputActivity",
+    "advance_idle_keys",
+    "default_check_interval_ms",
+    "global_synthetic",
+    "next_tick",
+]
+
+TICK = "wmobs_idle_tick"
+"""Key of the heartbeat's offset (processing time of the tick, ms): how it is recognised in the
+offsets log and in ``progress.sources``."""
+IDLE_SINCE = "idle_since"
+REAL = -1
+"""The idle column of a real row; synthetic rows carry their firings (>= 0)."""
+HEARTBEAT = -2
+"""The idle column of a heartbeat row on its way into the substreams' stateful operator."""
+
+
+def default_check_interval_ms(timeout_ms: int) -> int:
+    """How often the heartbeat looks: a quarter of the timeout, within [100 ms, 5 s]."""
+    return int(min(max(timeout_ms // 4, 100), 5_000))
+
+
+def next_tick(
+    start: dict[str, Any],
+    *,
+    now_ms: int,
+    interval_ms: int,
+    idle_since_ms: int | None,
+) -> dict[str, Any]:
+    """The heartbeat's latest offset: a new tick when one is due, else ``start`` (no batch).
+
+    ``idle_since_ms`` is when the stream became idle (last input + timeout); ``None`` means
+    "do not wait for idleness" (substreams: every key decides for itself, so ticks run always).
+    """
+    last = int(start.get(TICK, 0))
+    if now_ms - last < interval_ms:
+        return start
+    if idle_since_ms is None:
+        return {TICK: now_ms}
+    if now_ms < idle_since_ms:
+        return start
+    return {TICK: now_ms, IDLE_SINCE: idle_since_ms}
+
+
+def global_synthetic(
+    start: dict[str, Any],
+    end: dict[str, Any],
+    *,
+    watermark_ms: int | None,
+    delay_ms: int,
+) -> tuple[int, int] | None:
+    """``(system timestamp µs, firings)`` of the synthetic row for the tick ``start -> end``.
+
+    ``watermark_ms`` is the micro-batch's watermark, so ``watermark_ms + delay_ms`` is the
+    largest system timestamp so far (synthetic ones included): each tick moves it on by the
+    processing time elapsed since the later of the previous tick and the start of idleness.
+    ``None``: nothing to move (no watermark yet, or no tick in this range).
+    """
+    if watermark_ms is None or TICK not in end or IDLE_SINCE not in end:
+        return None
+    idle_since = int(end[IDLE_SINCE])
+    previous = int(start.get(TICK, 0))
+    first = previous < idle_since
+    advance = int(end[TICK]) - max(idle_since, previous)
+    if advance <= 0 and not first:
+        return None
+    return (watermark_ms + delay_ms + max(advance, 0)) * 1000, int(first)
+
+
+def advance_idle_keys(
+    maxima: dict[int, int],
+    seen_ms: dict[int, int],
+    advanced_ms: dict[int, int],
+    *,
+    now_ms: int,
+    timeout_ms: int,
+) -> tuple[int | None, int]:
+    """Move the clock of every key idle for ``timeout_ms`` (see the module rule).
+
+    ``maxima``: each key's largest system timestamp (µs), moved in place; ``seen_ms``: when each
+    key last had input; ``advanced_ms``: up to when each key's idle clock has run, in place
+    (absent = not idle since its last input). Returns the largest moved timestamp (µs; the
+    synthetic row that moves Spark's watermark) and the number of firings (keys whose idle
+    period starts moving now).
+    """
+    top: int | None = None
+    firings = 0
+    for key, seen in seen_ms.items():
+        current = maxima.get(key)
+        idle_since = seen + timeout_ms
+        if current is None or now_ms < idle_since:
+            continue
+        previous = advanced_ms.get(key)
+        if previous is None:
+            firings += 1
+        begin = idle_since if previous is None else max(previous, idle_since)
+        current += max(now_ms - begin, 0) * 1000
+        maxima[key] = current
+        advanced_ms[key] = now_ms
+        top = current if top is None else max(top, current)
+    return top, firings
+
+
+def _batch_ids(names: Iterable[str]) -> list[int]:
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+@dataclass
+class InputActivity:
+    """When the query last had input, from its offsets log (``<checkpoint>/offsets/<id>``).
+
+    Spark writes ``offsets/<id>`` before batch ``id`` runs: a version line, a JSON line with
+    ``batchTimestampMs``, then one line per source with the offset that batch reads up to
+    (``-`` for none). A batch had input when a source other than the heartbeat moved. Files
+    are read once each, as they appear; the log is short (Spark keeps about 100 batches).
+    """
+
+    list_names: Callable[[], Iterable[str]]
+    read_lines: Callable[[int], list[str]]
+    last_input_ms: int | None = None
+    _scanned: int = -1
+    _previous: list[str] | None = field(default=None, repr=False)
+
+    def refresh(self) -> int | None:
+        """Read batches written since the last call; the processing time of the latest one
+        that had input (``batchTimestampMs``), or ``None`` if none is known."""
+        for batch in _batch_ids(self.list_names()):
+            if batch <= self._scanned:
+                continue
+            try:
+                lines = self.read_lines(batch)
+            except (OSError, FileNotFoundError):
+                break  # being written: read it next time
+            if len(lines) < 2:
+                break
+            sources = lines[2:]
+            if self._previous is None:
+                # The first batch read: batch 0 had input if any source has an offset; an
+                # older log's first retained batch counts as input (idleness is then measured
+                # from a later time than the truth, never an earlier one).
+                moved = batch != 0 or any(
+                    line.strip() != "-" and TICK not in line for line in sources
+                )
+            else:
+                moved = any(
+                    now != before and TICK not in now and TICK not in before
+                    for now, before in zip(sources, self._previous, strict=False)
+                )
+            if moved:
+                self.last_input_ms = int(json.loads(lines[1]).get("batchTimestampMs", 0))
+            self._previous = sources
+            self._scanned = batch
+        return self.last_input_ms

@@ -1,0 +1,119 @@
+"""The idle-timeout heartbeat: a streaming Python data source (see :mod:`wmobs._idle`).
+
+On the driver, ``latestOffset`` decides whether a tick is due (globally: only once the query
+has been idle for the timeout, judged from its offsets log; with substreams: every check
+interval, since any key may be idle while others are busy). A tick is a new offset, so Spark
+runs a micro-batch even when no other source has data. On an executor, ``read`` turns the tick
+into rows: globally the one synthetic row that moves the watermark (computed from the batch's
+watermark in the checkpoint), with substreams one wake-up row per key bucket for the stateful
+operator, which decides per key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from wmobs._fs import filesystem_for
+from wmobs._idle import TICK, InputActivity, global_synthetic, next_tick
+from wmobs._watermark_source import _read_text, _resolve_checkpoint, read_batch_watermark
+
+__all__ = ["SCHEMA", "SOURCE_NAME", "IdleHeartbeatSource"]
+
+SOURCE_NAME = "wmobs_idle_heartbeat"
+SCHEMA = "wmobs_idle_bucket INT, wmobs_idle_ts_us LONG, wmobs_idle_firings LONG"
+
+
+def _offsets_log(checkpoint: str) -> InputActivity:
+    from pyarrow import fs
+
+    base = checkpoint.rstrip("/") + "/offsets"
+    filesystem, inner = filesystem_for(base)
+
+    def names() -> list[str]:
+        try:
+            infos = filesystem.get_file_info(fs.FileSelector(inner, allow_not_found=True))
+        except OSError:
+            return []
+        return [info.base_name for info in infos]
+
+    def lines(batch: int) -> list[str]:
+        return _read_text(f"{base}/{batch}").splitlines()
+
+    return InputActivity(names, lines)
+
+
+class _Reader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.checkpoint = options.get("checkpoint", "")
+        self.mode = options.get("mode", "global")
+        self.timeout_ms = int(options["timeout_ms"])
+        self.interval_ms = int(options["interval_ms"])
+        self.delay_ms = int(options.get("delay_ms", "0"))
+        self.buckets = int(options.get("buckets", "0"))
+        self._activity: InputActivity | None = None
+        self._next_refresh = 0
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {TICK: 0}
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        now_ms = int(time.time() * 1000)
+        if now_ms - int(start.get(TICK, 0)) < self.interval_ms:
+            return start
+        idle_since: int | None = None
+        if self.mode == "global":
+            if self._activity is None:
+                self._activity = _offsets_log(self.checkpoint)
+            if now_ms >= self._next_refresh:
+                self._activity.refresh()
+                self._next_refresh = now_ms + self.interval_ms
+            last_input = self._activity.last_input_ms
+            if last_input is None:
+                return start  # no input yet: nothing to close
+            idle_since = last_input + self.timeout_ms
+        return next_tick(
+            start, now_ms=now_ms, interval_ms=self.interval_ms, idle_since_ms=idle_since
+        )
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        if end.get(TICK) == start.get(TICK):
+            return []
+        return [InputPartition(json.dumps([start, end]))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int | None, int | None, int]]:
+        if self.mode != "global":
+            for bucket in range(self.buckets):  # wake every bucket; each decides per key
+                yield (bucket, None, 0)
+            return
+        from pyspark import TaskContext
+
+        start, end = json.loads(partition.value)
+        context = TaskContext.get()
+        props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
+        batch = props.get("streaming.sql.batchId")
+        if batch is None:
+            return
+        checkpoint = _resolve_checkpoint(self.checkpoint, props)
+        watermark = read_batch_watermark(checkpoint, int(batch), props.get("sql.streaming.queryId"))
+        synthetic = global_synthetic(start, end, watermark_ms=watermark, delay_ms=self.delay_ms)
+        if synthetic is not None:
+            yield (None, synthetic[0], synthetic[1])
+
+
+class IdleHeartbeatSource(DataSource):
+    """``spark.readStream.format("wmobs_idle_heartbeat").options(...).load()`` (internal)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _Reader(dict(self.options))
