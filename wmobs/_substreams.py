@@ -238,7 +238,10 @@ def make_processor(
             value = [live, [maxima[k] for k in live], [seen.get(k, now_ms) for k in live]]
             if idle:
                 value.append([advanced.get(k, -1) for k in live])
-            self.bucket.update(tuple(value))
+            if live:
+                self.bucket.update(tuple(value))
+            elif stored is not None:
+                self.bucket.clear()  # every key evicted: no state row left for the bucket
             if len(pdf):
                 yield pdf
 

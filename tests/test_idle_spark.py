@@ -1,0 +1,207 @@
+"""Idle timeout on real Spark, in real time at small scale: 3-second tumbling windows, a
+1-second idle timeout (a scaled-down version of Atlas Stream Processing's example)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wmobs
+from wmobs import TimePolicy
+from wmobs._tracker import parse_timestamp
+from wmobs.policy import ROCKSDB_PROVIDER
+from wmobs.testing import iso
+
+from ._streaming import wait_until, write_rows
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "EventTime TIMESTAMP, deviceId STRING, v LONG"
+WINDOW = 3
+BIG = 2**53 + 1  # not exact as a float: proves no value went through a float on its way
+
+
+@pytest.fixture
+def monitor(spark: Any) -> Iterator[wmobs.Monitor]:
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    with wmobs.attach(spark, prometheus_port=None) as monitor:
+        yield monitor
+    for query in spark.streams.active:
+        query.stop()
+
+
+def start(spark: Any, policy: TimePolicy, tmp: Path, name: str, **apply: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    source = spark.readStream.schema(SCHEMA).json(str(tmp / "in"))
+    checkpoint = tmp / f"ckpt-{name}"
+    out = policy.apply(source, checkpoint_location=str(checkpoint), **apply)
+    windows = out.groupBy(F.window("system_timestamp", f"{WINDOW} seconds"), "deviceId").agg(
+        F.count("*").alias("n"), F.sum("v").alias("total")
+    )
+    return (
+        windows.writeStream.queryName(name)
+        .format("memory")
+        .outputMode("append")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
+def emitted(spark: Any, name: str) -> dict[tuple[float, str], tuple[int, int]]:
+    """The sink: (window start, device) -> (rows, sum of v)."""
+    rows = spark.sql(f"SELECT window.start AS s, deviceId, n, total FROM {name}").collect()
+    return {(r.s.timestamp(), r.deviceId): (r.n, r.total) for r in rows}
+
+
+def events(device: str, times: list[float]) -> list[dict[str, Any]]:
+    return [{"EventTime": iso(t), "deviceId": device, "v": BIG} for t in times]
+
+
+def window_of(t: float) -> float:
+    return float(int(t) // WINDOW * WINDOW)
+
+
+def firings(monitor: wmobs.Monitor, name: str) -> int:
+    snap = monitor.snapshot(name)
+    return 0 if snap is None or snap.idle_timeout_firings is None else snap.idle_timeout_firings
+
+
+def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
+    spark: Any, monitor: wmobs.Monitor, tmp_path: Path
+) -> None:
+    """Events, then silence: with ``idle_timeout`` the window is emitted once processing time
+    passes its end plus the timeout, with exactly the real rows; the same query without it
+    never emits. A row that then arrives for the closed window is out of order: dropped,
+    counted and dead-lettered (allowed lateness)."""
+    common: dict[str, Any] = {
+        "event_time": "EventTime",
+        "arrival_time": None,
+        "late_arrival": "10 minutes",
+    }
+    idle = TimePolicy(**common, idle_timeout="1 second", out_of_order_action="drop", name="idle")
+    control = TimePolicy(**common, out_of_order_action="drop", name="control")
+    dead = tmp_path / "dead"
+    # Warm up both queries on one old event (the first micro-batch is slow to start).
+    warm = time.time() - 60
+    write_rows(tmp_path / "in", "0-warm", events("A", [warm]))
+    idle_q = start(spark, idle, tmp_path, "idle_q", dead_letter=str(dead))
+    control_q = start(spark, control, tmp_path, "control_q")
+    wait_until(lambda: (window_of(warm), "A") in emitted(spark, "idle_q"), what="warm window")
+    wait_until(lambda: control_q.lastProgress is not None, what="control batch 0")
+    wait_until(lambda: firings(monitor, "idle_q") == 1, what="the warm-up's firing")
+
+    now = time.time()
+    times = [now, now + 0.1, now + 0.2]
+    write_rows(tmp_path / "in", "1-burst", events("A", times))
+    expected = {(window_of(warm), "A"): 1}
+    for t in times:
+        expected[(window_of(t), "A")] = expected.get((window_of(t), "A"), 0) + 1
+    window = window_of(times[-1])
+    end = window + WINDOW
+    wait_until(lambda: (window, "A") in emitted(spark, "idle_q"), what="idle window", timeout=90)
+    seen_at = time.time()
+    # Not before processing time passed end + timeout: the rule, not a speed check (the
+    # events' event times are before their arrival, so the clock lags processing time).
+    assert seen_at >= end + 1.0
+    # Exactly the real rows in exactly the real windows: no synthetic row got through.
+    by_window = emitted(spark, "idle_q")
+    assert {k: n for k, (n, _) in by_window.items()} == expected
+    assert all(total == n * BIG for n, total in by_window.values())
+    # The control never emitted the burst's windows: nothing moved its watermark past them
+    # (the burst itself closed the warm-up window there).
+    assert set(emitted(spark, "control_q")) == {(window_of(warm), "A")}
+    control_mark = parse_timestamp(control_q.lastProgress["eventTime"]["watermark"])
+    assert control_mark is not None and control_mark < end
+    wait_until(lambda: firings(monitor, "idle_q") == 2, what="the second firing")
+    snap = monitor.snapshot("idle_q")
+    assert snap is not None and snap.input_rows == 1 + len(times)  # heartbeats are not input
+
+    # Allowed lateness: a row for the closed window is behind the watermark: dropped, counted,
+    # dead-lettered, never silently lost.
+    write_rows(tmp_path / "in", "2-late", events("A", [window + 0.5]))
+    wait_until(
+        lambda: (monitor.snapshot("idle_q") or snap).dead_letter_rows == 1, what="dead letter"
+    )
+    snap = monitor.snapshot("idle_q")
+    assert snap is not None
+    assert snap.policy_events[("out_of_order", "dropped")] == 1
+    assert firings(monitor, "idle_q") == 2  # the late row is input: a new quiet period follows
+    assert emitted(spark, "idle_q")[(window, "A")] == (
+        expected[(window, "A")],
+        by_window[(window, "A")][1],
+    )
+    dead_rows = spark.read.parquet(str(dead)).collect()
+    assert [(r.deviceId, r.v, r.wmobs_policy) for r in dead_rows] == [("A", BIG, "out_of_order")]
+    idle_q.stop()
+    control_q.stop()
+
+
+def test_a_quiet_substream_fires_while_a_busy_one_does_not(
+    spark: Any, monitor: wmobs.Monitor, tmp_path: Path
+) -> None:
+    """Key A sends two events and goes quiet; key B keeps sending. A's idle timeout fires,
+    B's never does while B is busy; once B stops, B fires too. Every window holds exactly the
+    real rows, and the quiet keys' state is evicted after ``substream_ttl``."""
+    policy = TimePolicy(
+        event_time="EventTime",
+        arrival_time=None,
+        substream_by=["deviceId"],
+        idle_timeout="1 second",
+        substream_ttl="4 seconds",
+        name="subs",
+    )
+    start_time = time.time()
+    write_rows(tmp_path / "in", "a-0000", events("A", [start_time, start_time + 0.1]))
+    sent_b: list[float] = []
+    stop = threading.Event()
+
+    def busy_b() -> None:
+        index = 1
+        while not stop.is_set():
+            t = time.time()
+            write_rows(tmp_path / "in", f"b-{index:04d}", events("B", [t]))
+            sent_b.append(t)
+            index += 1
+            stop.wait(0.1)
+
+    writer = threading.Thread(target=busy_b, daemon=True)
+    query = start(spark, policy, tmp_path, "subs_q")
+    writer.start()
+    try:
+        wait_until(lambda: firings(monitor, "subs_q") >= 1, what="A's firing", timeout=90)
+        a_window = window_of(start_time + 0.1)
+        wait_until(lambda: (a_window, "A") in emitted(spark, "subs_q"), what="A's window")
+        assert firings(monitor, "subs_q") == 1  # B is busy: only A has fired
+    finally:
+        stop.set()
+        writer.join()
+    wait_until(lambda: firings(monitor, "subs_q") == 2, what="B's firing once B is quiet")
+    expected: dict[tuple[float, str], int] = {}
+    for t in [start_time, start_time + 0.1]:
+        expected[(window_of(t), "A")] = expected.get((window_of(t), "A"), 0) + 1
+    for t in sent_b:
+        expected[(window_of(t), "B")] = expected.get((window_of(t), "B"), 0) + 1
+    wait_until(lambda: len(emitted(spark, "subs_q")) == len(expected), what="every window")
+    assert {k: n for k, (n, _) in emitted(spark, "subs_q").items()} == expected
+    assert all(total == n * BIG for n, total in emitted(spark, "subs_q").values())
+    snap = monitor.snapshot("subs_q")
+    assert snap is not None and snap.input_rows == 2 + len(sent_b)
+
+    def tws_state_rows() -> int | None:
+        current = monitor.snapshot("subs_q")
+        if current is None:
+            return None
+        states = [
+            op.state_rows for label, op in current.operators.items() if "transform" in label.lower()
+        ]
+        return states[0] if states else None
+
+    wait_until(lambda: tws_state_rows() == 0, what="idle keys evicted", timeout=60)
+    query.stop()
