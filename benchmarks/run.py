@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -276,9 +277,15 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         ),
         "global policy": lambda: run(policy(), "system_timestamp"),
         "global policy + dead letters": lambda: run(with_dead_letters(), "system_timestamp"),
+        "global policy + idle timeout": lambda: run(
+            policy(idle_timeout="1 minute"), "system_timestamp"
+        ),
         "substreams, 10 keys": lambda: run(policy(substream_by=["device10"]), "system_timestamp"),
         "substreams, 10,000 keys": lambda: run(
             policy(substream_by=["device10k"]), "system_timestamp"
+        ),
+        "substreams, 10 keys + idle timeout": lambda: run(
+            policy(substream_by=["device10"], idle_timeout="1 minute"), "system_timestamp"
         ),
     }
     if only:
@@ -290,12 +297,70 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         shutil.rmtree(work, ignore_errors=True)
 
 
+def bench_idle_latency(windows: int) -> dict[str, Any]:
+    """Wall-clock time from a window's end to its emission on a quiet source: 3-second
+    windows, idle timeout 1 s, trigger 500 ms; one event per window, then silence."""
+    from pyspark.sql import functions as F
+
+    from wmobs import TimePolicy
+    from wmobs.demo import local_spark
+
+    timeout_s, trigger_s, window_s = 1.0, 0.5, 3
+    spark = local_spark("wmobs-bench-idle")
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-idle-"))
+    (work / "in").mkdir()
+    policy = TimePolicy(event_time="t", arrival_time=None, idle_timeout=f"{timeout_s} seconds")
+    out = policy.apply(
+        spark.readStream.schema("t TIMESTAMP").json(str(work / "in")),
+        checkpoint_location=str(work / "ckpt"),
+    )
+    query = (
+        out.groupBy(F.window("system_timestamp", f"{window_s} seconds"))
+        .count()
+        .writeStream.format("memory")
+        .queryName("idle_latency")
+        .outputMode("append")
+        .option("checkpointLocation", str(work / "ckpt"))
+        .trigger(processingTime=f"{trigger_s} seconds")
+        .start()
+    )
+
+    def write(index: int, t: float) -> None:
+        tmp = work / "in" / f".{index}.tmp"
+        tmp.write_text(json.dumps({"t": datetime.fromtimestamp(t, tz=timezone.utc).isoformat()}))
+        os.replace(tmp, work / "in" / f"{index}.json")
+
+    def emitted() -> int:
+        return int(spark.sql("SELECT count(*) FROM idle_latency").first()[0])
+
+    latencies = []
+    try:
+        for index in range(windows + 1):  # the first window warms the query up
+            now = time.time()
+            write(index, now)
+            end = (int(now) // window_s + 1) * window_s
+            while emitted() <= index:
+                time.sleep(0.02)
+            if index:
+                latencies.append(time.time() - end)
+    finally:
+        query.stop()
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "median_s": statistics.median(latencies),
+        "max_s": max(latencies),
+        "target_s": timeout_s + 2 * trigger_s,
+        "runs_s": [round(x, 2) for x in latencies],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per variant (>=3)")
     parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--only", choices=["listener", "event", "policy"], default=None)
+    parser.add_argument("--only", choices=["listener", "event", "policy", "idle"], default=None)
     parser.add_argument(
         "--variant", action="append", default=None, help="policy variants to run (repeatable)"
     )
@@ -313,6 +378,20 @@ def main() -> None:
     if args.only in (None, "policy"):
         result = bench_policy(args.rows, max(3, args.runs), args.variant)
         _report(f"time policies before a windowed aggregation, {args.rows:,} rows:", result)
+        for on, off in [
+            ("global policy + idle timeout", "global policy"),
+            ("substreams, 10 keys + idle timeout", "substreams, 10 keys"),
+        ]:
+            if on in result and off in result:
+                ratio = result[off]["median_s"] / result[on]["median_s"]
+                print(f"  idle timeout on vs off ({off}): {ratio:.3f}x")
+    if args.only in (None, "idle"):
+        idle = bench_idle_latency(max(3, args.runs))
+        print(
+            f"\nwindow end -> emission on a quiet source (idle timeout 1 s, trigger 0.5 s): "
+            f"median {idle['median_s']:.2f} s, max {idle['max_s']:.2f} s, "
+            f"target {idle['target_s']:.1f} s; runs {idle['runs_s']}"
+        )
 
 
 if __name__ == "__main__":

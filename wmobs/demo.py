@@ -6,7 +6,9 @@ order by up to 20 s, some late by one to two minutes, a few from devices whose c
 and regular idle gaps with no files at all. Each reading carries the time the generator
 received it (``arrival_time``). A :class:`wmobs.TimePolicy` judges every reading (early ones
 dropped, late ones dropped, out-of-order ones adjusted up to the watermark; dropped ones go to a
-dead-letter directory), and a windowed aggregation runs on its ``system_timestamp``.
+dead-letter directory), and a windowed aggregation runs on its ``system_timestamp``. During
+each idle gap the policy's idle timeout closes the last windows, which Spark alone would leave
+open until the next reading.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class DisorderedSource:
         self._thread = threading.Thread(target=self._run, name="wmobs-demo-source", daemon=True)
         self.files = 0
         self.rows = 0
+        self._started = time.time()
 
     def events(self, now: float, count: int) -> list[dict[str, Any]]:
         rnd, d = self._random, self.disorder
@@ -111,8 +114,13 @@ class DisorderedSource:
     def idle_at(self, elapsed: float) -> bool:
         return self.idle_every > 0 and elapsed % self.idle_every >= self.idle_every - self.idle_for
 
+    @property
+    def idle(self) -> bool:
+        """Whether the source is in one of its idle gaps now."""
+        return self.idle_at(time.time() - self._started)
+
     def _run(self) -> None:
-        started = time.time()
+        started = self._started = time.time()
         while not self._stop.is_set():
             now = time.time()
             if not self.idle_at(now - started):
@@ -136,6 +144,7 @@ POLICY = TimePolicy(
     late_arrival="1 minute",  # more than a minute behind arrival: dropped (dead-lettered)
     late_arrival_action="drop",
     out_of_order="10 seconds",  # watermark = newest reading - 10 s; below it: adjusted up
+    idle_timeout="3 seconds",  # quiet for 3 s: the clock runs on, the last windows close
     name="demo",
 )
 
@@ -204,7 +213,8 @@ def _summary_line(snap: QuerySnapshot, batch: BatchSummary, now: float) -> str:
         f"delay {age(snap.watermark)}  lag {age(snap.max_event_time)}  "
         f"early-dropped {events.get(('early_arrival', 'dropped'), 0)}  "
         f"late-dropped {events.get(('late_arrival', 'dropped'), 0)}  "
-        f"out-of-order-adjusted {events.get(('out_of_order', 'adjusted'), 0)}"
+        f"out-of-order-adjusted {events.get(('out_of_order', 'adjusted'), 0)}  "
+        f"idle-firings {snap.idle_timeout_firings or 0}"
     )
 
 
@@ -225,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     parser.add_argument("--rate", type=int, default=200, help="events per second (200)")
     parser.add_argument("--idle-every", type=float, default=60.0, help="idle gap period (60 s)")
-    parser.add_argument("--idle-for", type=float, default=15.0, help="idle gap length (15 s)")
+    parser.add_argument("--idle-for", type=float, default=25.0, help="idle gap length (25 s)")
     parser.add_argument("--trigger", default="2 seconds", help="trigger interval (2 seconds)")
     args = parser.parse_args(argv)
 
@@ -253,11 +263,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wmobs demo: dead letters in {workdir / 'dead-letters'}", flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
+    emitted = 0
     try:
         while not stop.is_set() and query.isActive:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             stop.wait(0.5)
+            count = spark.sql(f"SELECT count(*) FROM {QUERY_NAME}").first()[0]
+            if count > emitted and source.idle:
+                print(
+                    f"windows closed while the source is idle (idle timeout): {count - emitted}",
+                    flush=True,
+                )
+            emitted = count
         if query.exception() is not None:
             print(f"query failed: {query.exception()}", file=sys.stderr)
             return 1
