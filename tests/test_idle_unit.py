@@ -221,3 +221,22 @@ def test_processor_moves_quiet_keys_and_leaves_busy_ones() -> None:
     now[0] = 140.0
     feed([], heartbeat=True)
     assert tester.peekValueState("substreams_idle", (0,)) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"idle_timeout": "0 seconds"}, "idle_timeout: must be at least 1 millisecond"),
+        ({"idle_timeout": "-1 second"}, "idle_timeout"),
+        ({"idle_timeout": "soon"}, "idle_timeout"),
+        ({"idle_check_interval": "1 second"}, "idle_check_interval: only meaningful"),
+        ({"idle_timeout": "1 minute", "idle_check_interval": "0 ms"}, "idle_check_interval"),
+    ],
+)
+def test_idle_arguments_are_checked_when_the_policy_is_made(
+    kwargs: dict[str, str], message: str
+) -> None:
+    from wmobs import TimePolicy
+
+    with pytest.raises((ValueError, TypeError), match=message):
+        TimePolicy(**kwargs)  # type: ignore[arg-type]
