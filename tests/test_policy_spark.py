@@ -297,5 +297,5 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy().apply(spark.range(3))
     with pytest.raises(ValueError, match="dead_letter: format"):
         TimePolicy().apply(stream, dead_letter=DeadLetter(str(tmp_path), format="csv"))
-    with pytest.raises(ValueError, match="idle_timeout: .* checkpoint_location"):
+    with pytest.raises(ValueError, match=r"idle_timeout: .* checkpoint_location"):
         TimePolicy(idle_timeout="1 minute").apply(stream)
