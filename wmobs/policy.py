@@ -32,6 +32,11 @@ micro-batch and is broadcast into the plan, so no Python runs per row. That is w
 needs the query's checkpoint location (or a named query under the session's
 ``spark.sql.streaming.checkpointLocation``); a wrong one fails the query loudly.
 
+``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
+clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
+rows that carry it (:mod:`wmobs._idle`); each idle period is one firing, observed as
+``idle_timeout_firings``.
+
 Substreams use ``transformWithStateInPandas``, which needs the RocksDB state store:
 ``spark.sql.streaming.stateStore.providerClass=
 org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider``.
