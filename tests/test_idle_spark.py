@@ -155,7 +155,7 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
         late_arrival="10 minutes",  # rows written while the first batch starts stay as they are
         substream_by=["deviceId"],
         idle_timeout="2 seconds",  # B writes every 0.1 s: a slow machine still keeps it busy
-        substream_ttl="4 seconds",
+        substream_ttl="8 seconds",  # > timeout + window: a key's clock stops when evicted
         name="subs",
     )
     start_time = time.time()
