@@ -168,7 +168,7 @@ class InputActivity:
                 continue
             try:
                 lines = self.read_lines(batch)
-            except (OSError, FileNotFoundError):
+            except OSError:
                 break  # being written: read it next time
             if len(lines) < 2:
                 break

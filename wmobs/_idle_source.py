@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from wmobs._fs import filesystem_for
 from wmobs._idle import TICK, InputActivity, global_synthetic, next_tick
-from wmobs._watermark_source import _read_text, _resolve_checkpoint, read_batch_watermark
+from wmobs._watermark_source import _read_text, task_batch_watermark
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "IdleHeartbeatSource"]
 
@@ -90,17 +90,11 @@ class _Reader(DataSourceStreamReader):
             for bucket in range(self.buckets):  # wake every bucket; each decides per key
                 yield (bucket, None, 0)
             return
-        from pyspark import TaskContext
-
         start, end = json.loads(partition.value)
-        context = TaskContext.get()
-        props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
-        batch = props.get("streaming.sql.batchId")
-        if batch is None:
+        found = task_batch_watermark(self.checkpoint)
+        if found is None:
             return
-        checkpoint = _resolve_checkpoint(self.checkpoint, props)
-        watermark = read_batch_watermark(checkpoint, int(batch), props.get("sql.streaming.queryId"))
-        synthetic = global_synthetic(start, end, watermark_ms=watermark, delay_ms=self.delay_ms)
+        synthetic = global_synthetic(start, end, watermark_ms=found[1], delay_ms=self.delay_ms)
         if synthetic is not None:
             yield (None, synthetic[0], synthetic[1])
 

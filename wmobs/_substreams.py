@@ -231,8 +231,8 @@ def make_processor(
                     now_ms=now_ms,
                     timeout_ms=idle_timeout_ms,
                 )
-                if top is not None or firings:
-                    wake[ts_column] = top if top is not None else 0
+                if top is not None:  # every firing moves a clock, so firings imply a top
+                    wake[ts_column] = top
                     wake[idle_column] = firings
                     pdf = pd.concat([pdf, wake], ignore_index=True)
             value = [live, [maxima[k] for k in live], [seen.get(k, now_ms) for k in live]]

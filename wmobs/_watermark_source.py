@@ -17,7 +17,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from wmobs._fs import filesystem_for
 
-__all__ = ["SOURCE_NAME", "WatermarkSource", "read_batch_watermark"]
+__all__ = ["SOURCE_NAME", "WatermarkSource", "read_batch_watermark", "task_batch_watermark"]
 
 SOURCE_NAME = "wmobs_batch_watermark"
 SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG"
@@ -75,6 +75,21 @@ def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
     )
 
 
+def task_batch_watermark(configured_checkpoint: str) -> tuple[int, int | None] | None:
+    """Inside a Spark task of a micro-batch: ``(batch id, its watermark)`` read from the
+    query's checkpoint; ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
+    batch = props.get("streaming.sql.batchId")
+    if batch is None:
+        return None
+    checkpoint = _resolve_checkpoint(configured_checkpoint, props)
+    query_id = props.get("sql.streaming.queryId")
+    return int(batch), read_batch_watermark(checkpoint, int(batch), query_id)
+
+
 class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.checkpoint = options.get("checkpoint", "")
@@ -83,17 +98,8 @@ class _Reader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None]]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
-        batch = props.get("streaming.sql.batchId")
-        if batch is None:  # not in a streaming micro-batch (e.g. df.explain or a batch job)
-            yield (-1, None)
-            return
-        checkpoint = _resolve_checkpoint(self.checkpoint, props)
-        query_id = props.get("sql.streaming.queryId")
-        yield (int(batch), read_batch_watermark(checkpoint, int(batch), query_id))
+        found = task_batch_watermark(self.checkpoint)
+        yield (-1, None) if found is None else found
 
 
 class WatermarkSource(DataSource):
