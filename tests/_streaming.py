@@ -82,3 +82,22 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
         time.sleep(0.05)
+
+
+def tws_processor(clock: Callable[[], float], **options: Any) -> Any:
+    """The real substreams processor over columns k, ts, arrival, v (verdict bit 1 drops,
+    out of order is 32), no tolerance, adjusting; ``options`` adds or overrides arguments."""
+    from wmobs._substreams import make_processor
+
+    arguments: dict[str, Any] = {
+        "tolerance_us": 0,
+        "drop": False,
+        "ttl_ms": None,
+        "key_column": "k",
+        "ts_column": "ts",
+        "arrival_column": "arrival",
+        "verdict_column": "v",
+        "candidate_bits": 1,
+        "ooo_bit": 32,
+    }
+    return make_processor(**(arguments | options), clock=clock)

@@ -20,6 +20,8 @@ from wmobs._idle import (
 )
 from wmobs.testing import MetricsRecorder, progress_json
 
+from ._streaming import tws_processor
+
 S = 1000  # ms
 
 
@@ -168,22 +170,9 @@ def test_processor_moves_quiet_keys_and_leaves_busy_ones() -> None:
     synthetic row; the state of the quiet key is evicted after the TTL."""
     pd = pytest.importorskip("pandas")
     tws = pytest.importorskip("pyspark.sql.streaming.tws_tester")
-    from wmobs._substreams import make_processor
-
     now = [100.0]
-    processor = make_processor(
-        tolerance_us=0,
-        drop=False,
-        ttl_ms=30_000,
-        key_column="k",
-        ts_column="ts",
-        arrival_column="arrival",
-        verdict_column="v",
-        candidate_bits=1,
-        ooo_bit=32,
-        idle_timeout_ms=1000,
-        idle_column="idle",
-        clock=lambda: now[0],
+    processor = tws_processor(
+        lambda: now[0], ttl_ms=30_000, idle_timeout_ms=1000, idle_column="idle"
     )
     tester = tws.TwsTester(processor)
 

@@ -11,6 +11,8 @@ import pytest
 from wmobs._durations import to_micros
 from wmobs._substreams import judge_bucket, judge_key_reference
 
+from ._streaming import tws_processor
+
 
 def _one_key(state: int | None, ts: list[int], candidate: list[bool], tol: int, drop: bool) -> Any:
     n = len(ts)
@@ -114,22 +116,8 @@ def test_idle_keys_are_forgotten_after_the_ttl() -> None:
     """The real processor under PySpark's TwsTester (no JVM), with a controlled clock."""
     pd = pytest.importorskip("pandas")
     tws = pytest.importorskip("pyspark.sql.streaming.tws_tester")
-    from wmobs._substreams import make_processor
-
     now = [1000.0]
-    processor = make_processor(
-        tolerance_us=0,
-        drop=False,
-        ttl_ms=60_000,
-        key_column="k",
-        ts_column="ts",
-        arrival_column="arrival",
-        verdict_column="v",
-        candidate_bits=1,
-        ooo_bit=32,
-        clock=lambda: now[0],
-    )
-    tester = tws.TwsTester(processor)
+    tester = tws.TwsTester(tws_processor(lambda: now[0], ttl_ms=60_000))
 
     def feed(rows: list[tuple[int, int]]) -> list[int]:
         frame = pd.DataFrame(
