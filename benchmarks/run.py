@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import structlog
 
+from wmobs._tracker import parse_timestamp
 from wmobs.testing import MetricsRecorder, progress_json, state_operator
 
 
@@ -110,9 +111,10 @@ def _interleaved(variants: dict[str, Callable[[], float]], runs: int, rows: int)
 def _report(title: str, result: dict[str, Any]) -> None:
     print(f"\n{title}")
     for name, r in result.items():
+        startup = f"  start-up {r['startup_s']:.2f} s" if "startup_s" in r else ""
         print(
             f"  {name:<36} {r['rows_per_s']:>12,.0f} rows/s  "
-            f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}"
+            f"{r['ratio_to_baseline']:.3f}x  runs {r['runs_s']}{startup}"
         )
 
 
@@ -241,11 +243,15 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
     )
     schema = "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
 
-    def run(make: Callable[[Any, str], Any], time_column: str) -> float:
+    startups: dict[str, list[float]] = {}
+
+    def run(make: Callable[[Any, str], Any], time_column: str, name: str) -> float:
+        """Seconds from the first micro-batch's start to the last one's end (throughput of a
+        running query); the time before the first micro-batch is recorded apart."""
         checkpoint = str(work / "ckpt")
         shutil.rmtree(checkpoint, ignore_errors=True)
         shutil.rmtree(work / "dead", ignore_errors=True)
-        started = time.perf_counter()
+        started = time.time()
         stream = (
             spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
         ).parquet(str(work / "in"))
@@ -261,7 +267,12 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         )
         query.processAllAvailable()
         query.stop()
-        return time.perf_counter() - started
+        first, last = query.recentProgress[0], query.recentProgress[-1]
+        begin = parse_timestamp(first["timestamp"])
+        end = parse_timestamp(last["timestamp"])
+        assert begin is not None and end is not None
+        startups.setdefault(name, []).append(begin - started)
+        return end + last["durationMs"]["triggerExecution"] / 1000 - begin
 
     def policy(**kw: Any) -> Callable[[Any, str], Any]:
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
@@ -271,27 +282,28 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
         return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
 
-    variants: dict[str, Callable[[], float]] = {
-        "baseline": lambda: run(
-            lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"
-        ),
-        "global policy": lambda: run(policy(), "system_timestamp"),
-        "global policy + dead letters": lambda: run(with_dead_letters(), "system_timestamp"),
-        "global policy + idle timeout": lambda: run(
-            policy(idle_timeout="1 minute"), "system_timestamp"
-        ),
-        "substreams, 10 keys": lambda: run(policy(substream_by=["device10"]), "system_timestamp"),
-        "substreams, 10,000 keys": lambda: run(
-            policy(substream_by=["device10k"]), "system_timestamp"
-        ),
-        "substreams, 10 keys + idle timeout": lambda: run(
-            policy(substream_by=["device10"], idle_timeout="1 minute"), "system_timestamp"
+    makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
+        "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
+        "global policy": (policy(), "system_timestamp"),
+        "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
+        "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
+        "substreams, 10 keys": (policy(substream_by=["device10"]), "system_timestamp"),
+        "substreams, 10,000 keys": (policy(substream_by=["device10k"]), "system_timestamp"),
+        "substreams, 10 keys + idle timeout": (
+            policy(substream_by=["device10"], idle_timeout="1 minute"),
+            "system_timestamp",
         ),
     }
-    if only:
-        variants = {k: v for k, v in variants.items() if k == "baseline" or k in only}
+    variants: dict[str, Callable[[], float]] = {
+        name: (lambda make=make, column=column, name=name: run(make, column, name))
+        for name, (make, column) in makers.items()
+        if not only or name == "baseline" or name in only
+    }
     try:
-        return _interleaved(variants, runs, rows)
+        result = _interleaved(variants, runs, rows)
+        for name, seconds in startups.items():
+            result[name]["startup_s"] = statistics.median(seconds[1:] or seconds)  # no warm-up
+        return result
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

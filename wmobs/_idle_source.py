@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from wmobs._fs import filesystem_for
 from wmobs._idle import TICK, InputActivity, global_synthetic, next_tick
-from wmobs._watermark_source import _read_text, task_batch_watermark
+from wmobs._watermark_source import _read_text, task_batch_times
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "IdleHeartbeatSource"]
 
@@ -91,10 +91,12 @@ class _Reader(DataSourceStreamReader):
                 yield (bucket, None, 0)
             return
         start, end = json.loads(partition.value)
-        found = task_batch_watermark(self.checkpoint)
+        found = task_batch_times(self.checkpoint)
         if found is None:
             return
-        synthetic = global_synthetic(start, end, watermark_ms=found[1], delay_ms=self.delay_ms)
+        synthetic = global_synthetic(
+            start, end, watermark_ms=found.watermark_ms, delay_ms=self.delay_ms
+        )
         if synthetic is not None:
             yield (None, synthetic[0], synthetic[1])
 

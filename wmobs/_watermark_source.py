@@ -1,26 +1,39 @@
-"""A one-row batch data source: the watermark in force for the running micro-batch.
+"""A one-row batch data source: the watermark and timestamp of the running micro-batch.
 
 Spark exposes the watermark to no SQL expression, but writes it into the query's checkpoint
 before a micro-batch runs: the second line of ``<checkpoint>/offsets/<batchId>`` is JSON with
-``batchWatermarkMs``. Cross-joined (broadcast) into a streaming plan, this source is read anew in
-every micro-batch, in one small Python task that sees the batch id as a task-local property, so
-the global time policy judges rows against the exact batch watermark with no Python per row.
+``batchWatermarkMs`` and ``batchTimestampMs``. Cross-joined (broadcast) into a streaming plan,
+this source is read anew in every micro-batch, in one small Python task that sees the batch id
+as a task-local property, so the global time policy judges rows against the exact batch
+watermark with no Python per row.
+
+The batch timestamp is the value ``current_timestamp()`` has in that micro-batch. Taking it from
+here rather than from ``current_timestamp()`` keeps it out of the generated code: Spark inlines
+the batch timestamp as a literal, so every micro-batch compiles its stage anew.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from wmobs._fs import filesystem_for
 
-__all__ = ["SOURCE_NAME", "WatermarkSource", "read_batch_watermark", "task_batch_watermark"]
+__all__ = ["SOURCE_NAME", "BatchTimes", "WatermarkSource", "read_batch_times", "task_batch_times"]
 
 SOURCE_NAME = "wmobs_batch_watermark"
-SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG"
+SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG, wmobs_batch_time_ms LONG"
+
+
+class BatchTimes(NamedTuple):
+    """What the offsets log says of one micro-batch."""
+
+    batch_id: int
+    watermark_ms: int | None  # None: no watermark yet
+    timestamp_ms: int | None  # the batch's current_timestamp()
 
 
 class CheckpointNotFoundError(RuntimeError):
@@ -34,8 +47,8 @@ def _read_text(path: str) -> str:
         return bytes(stream.read()).decode("utf-8")
 
 
-def read_batch_watermark(checkpoint: str, batch_id: int, query_id: str | None) -> int | None:
-    """``batchWatermarkMs`` of ``batch_id`` in ``checkpoint`` (``None`` for no watermark yet).
+def read_batch_times(checkpoint: str, batch_id: int, query_id: str | None) -> BatchTimes:
+    """``batchWatermarkMs`` and ``batchTimestampMs`` of ``batch_id`` in ``checkpoint``.
 
     Checks that the checkpoint belongs to ``query_id``, so a wrong path fails loudly rather
     than judging rows against another query's watermark.
@@ -56,8 +69,14 @@ def read_batch_watermark(checkpoint: str, batch_id: int, query_id: str | None) -
             "TimePolicy.apply(df, checkpoint_location=...), or name the query and set "
             "spark.sql.streaming.checkpointLocation."
         ) from exc
-    watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
-    return watermark if watermark > 0 else None
+    metadata = json.loads(lines[1])
+    watermark = int(metadata.get("batchWatermarkMs", 0))
+    timestamp = metadata.get("batchTimestampMs")
+    return BatchTimes(
+        batch_id,
+        watermark if watermark > 0 else None,
+        None if timestamp is None else int(timestamp),
+    )
 
 
 def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
@@ -75,9 +94,9 @@ def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
     )
 
 
-def task_batch_watermark(configured_checkpoint: str) -> tuple[int, int | None] | None:
-    """Inside a Spark task of a micro-batch: ``(batch id, its watermark)`` read from the
-    query's checkpoint; ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+def task_batch_times(configured_checkpoint: str) -> BatchTimes | None:
+    """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
+    ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -87,7 +106,7 @@ def task_batch_watermark(configured_checkpoint: str) -> tuple[int, int | None] |
         return None
     checkpoint = _resolve_checkpoint(configured_checkpoint, props)
     query_id = props.get("sql.streaming.queryId")
-    return int(batch), read_batch_watermark(checkpoint, int(batch), query_id)
+    return read_batch_times(checkpoint, int(batch), query_id)
 
 
 class _Reader(DataSourceReader):
@@ -97,9 +116,9 @@ class _Reader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(0)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None]]:
-        found = task_batch_watermark(self.checkpoint)
-        yield (-1, None) if found is None else found
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None, int | None]]:
+        found = task_batch_times(self.checkpoint)
+        yield (-1, None, None) if found is None else found
 
 
 class WatermarkSource(DataSource):

@@ -99,6 +99,7 @@ _VERDICT = "wmobs__verdict"
 _KEY = "wmobs__key"
 _BUCKET = "wmobs__bucket"
 _WATERMARK = "wmobs_watermark_ms"
+_BATCH_TIME = "wmobs_batch_time_ms"
 _IDLE = "wmobs__idle"
 _ACTIONS = ("adjust", "drop")
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
@@ -217,7 +218,6 @@ class TimePolicy:
             self._event_micros(df).alias(_TS),
             self._arrival_micros(df).alias(_ARRIVAL),
         )
-        staged = self._arrival_policies(staged)
         idle = "idle_timeout" in self._micros
         if self.substream_by is None:
             if idle and checkpoint_location is None:
@@ -225,11 +225,14 @@ class TimePolicy:
                     "idle_timeout: without substream_by the idle timeout reads the query's "
                     "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
                 )
-            staged = self._global_out_of_order(staged, checkpoint_location)
+            staged = self._join_batch_times(staged, checkpoint_location)
+            staged = self._arrival_policies(staged, F.col(_BATCH_TIME) * F.lit(1000))
+            staged = self._global_out_of_order(staged)
             if idle:
                 staged = staged.withColumn(_IDLE, F.lit(REAL).cast("long"))
                 staged = staged.unionByName(self._heartbeat(staged, checkpoint_location))
         else:
+            staged = self._arrival_policies(staged, F.unix_micros(F.current_timestamp()))
             staged = self._substream_out_of_order(staged)
         observed = staged.observe(self.observation_name, *self._counts(sink is not None, idle))
         if sink is None:
@@ -310,18 +313,19 @@ class TimePolicy:
         return F.unix_micros(column.cast("timestamp"))
 
     def _arrival_micros(self, df: DataFrame) -> Column:
+        """The arrival time column; null where the micro-batch's time stands in for it."""
         from pyspark.sql import functions as F
 
-        batch_time = F.unix_micros(F.current_timestamp())  # the micro-batch's timestamp
         if self.arrival_time is None:
-            return batch_time
-        arrival = F.unix_micros(F.col(f"`{self.arrival_time}`").cast("timestamp"))
-        return F.coalesce(arrival, batch_time)
+            return F.lit(None).cast("long")
+        return F.unix_micros(F.col(f"`{self.arrival_time}`").cast("timestamp"))
 
-    def _arrival_policies(self, df: DataFrame) -> DataFrame:
-        """Invalid time, early and late arrival: stateless Column expressions (JVM only)."""
+    def _arrival_policies(self, df: DataFrame, batch_time: Column) -> DataFrame:
+        """Invalid time, early and late arrival: stateless Column expressions (JVM only).
+        ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
         from pyspark.sql import functions as F
 
+        df = _replace(df, {_ARRIVAL: F.coalesce(F.col(_ARRIVAL), batch_time)})
         ts, arrival = F.col(_TS), F.col(_ARRIVAL)
         verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
         system = ts
@@ -342,8 +346,9 @@ class TimePolicy:
             system = F.when(late, late_floor).otherwise(system)
         return _replace(df, {_TS: system, _VERDICT: verdict})
 
-    def _global_out_of_order(self, df: DataFrame, checkpoint: str | None) -> DataFrame:
-        """Against the micro-batch's watermark, read once per batch from the checkpoint."""
+    def _join_batch_times(self, df: DataFrame, checkpoint: str | None) -> DataFrame:
+        """The micro-batch's watermark and timestamp on every row, read once per batch from
+        the checkpoint (:mod:`wmobs._watermark_source`)."""
         from pyspark.sql import functions as F
 
         from wmobs._watermark_source import SOURCE_NAME, WatermarkSource
@@ -353,7 +358,12 @@ class TimePolicy:
         source = spark.read.format(SOURCE_NAME).option("checkpoint", checkpoint or "").load()
         # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
         # measured slower: Spark re-plans the Python data source for it in every batch.)
-        joined = df.crossJoin(F.broadcast(source.select(_WATERMARK)))
+        return df.crossJoin(F.broadcast(source.select(_WATERMARK, _BATCH_TIME)))
+
+    def _global_out_of_order(self, df: DataFrame) -> DataFrame:
+        """Against the micro-batch's watermark (joined by :meth:`_join_batch_times`)."""
+        from pyspark.sql import functions as F
+
         mark = F.col(_WATERMARK) * F.lit(1000)
         candidate = F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
         behind = candidate & mark.isNotNull() & (F.col(_TS) < mark)
@@ -364,7 +374,7 @@ class TimePolicy:
         }
         if not drop:
             replaced[_TS] = F.when(behind, mark).otherwise(F.col(_TS))
-        return _replace(joined, replaced).drop(_WATERMARK)
+        return _replace(df, replaced).drop(_WATERMARK, _BATCH_TIME)
 
     def _substream_out_of_order(self, df: DataFrame) -> DataFrame:
         """Per key, in arrival order, with ``transformWithStateInPandas``."""
