@@ -196,6 +196,9 @@ def local_spark(app_name: str = "wmobs-demo") -> Any:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # Python workers over Unix domain sockets (Spark >= 4.1): each Python task, such as the
+        # global policy's per-batch watermark read, costs tens of ms less than over TCP.
+        .config("spark.python.unix.domain.socket.enabled", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
