@@ -122,6 +122,12 @@ def run_policy(
     return kept, dict(snap.policy_events), query.recentProgress
 
 
+def compilations(spark: Any) -> int:
+    """Generated classes Spark has compiled so far in this JVM (cached code is not counted)."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
 def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
     return {i: epoch(t) for i, t in expected.items() if t is not None}
 
@@ -164,6 +170,41 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, rock
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("late_arrival", "adjusted")] == 1
     assert counts[("out_of_order", "adjusted")] == 0
+
+
+def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_path: Path) -> None:
+    """Spark caches generated code by its text; a per-batch literal in it (as
+    ``current_timestamp()`` becomes) made every micro-batch compile its stages anew."""
+
+    def write(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            write_rows(tmp_path / "in", f"{i:03d}", [{"id": i, "EventTime": iso(time.time())}])
+
+    policy = TimePolicy(arrival_time=None, out_of_order="1 minute")
+    checkpoint = str(tmp_path / "ckpt")
+    write(0, 2)
+    stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").option("maxFilesPerTrigger", 1)
+    out = policy.apply(stream.json(str(tmp_path / "in")), checkpoint_location=checkpoint)
+    query = (
+        out.select("id", "system_timestamp")
+        .writeStream.format("memory")
+        .queryName("compiled_once")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()  # the first micro-batches compile everything
+        compiled = compilations(spark)
+        batches = len(query.recentProgress)
+        write(2, 6)
+        query.processAllAvailable()
+        later = len(query.recentProgress) - batches
+        assert later >= 6  # one file per micro-batch
+        assert compilations(spark) - compiled < later
+        assert spark.sql("SELECT count(*) FROM compiled_once").first()[0] == 8
+    finally:
+        query.stop()
 
 
 def test_substreams_need_rocksdb(spark: Any, tmp_path: Path) -> None:
