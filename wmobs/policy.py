@@ -30,7 +30,9 @@ How the global policy knows the batch watermark: Spark writes it into the checkp
 (``offsets/<batchId>``) before the batch runs; a one-row Python data source reads it once per
 micro-batch and is broadcast into the plan, so no Python runs per row. That is why ``apply``
 needs the query's checkpoint location (or a named query under the session's
-``spark.sql.streaming.checkpointLocation``); a wrong one fails the query loudly.
+``spark.sql.streaming.checkpointLocation``); a wrong one fails the query loudly. The same read
+gives the batch timestamp (for rows without an arrival time): ``current_timestamp()`` would put
+it into the generated code as a literal, which Spark then compiles anew in every micro-batch.
 
 ``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
 clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
