@@ -340,3 +340,5 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy().apply(stream, dead_letter=DeadLetter(str(tmp_path), format="csv"))
     with pytest.raises(ValueError, match=r"idle_timeout: .* checkpoint_location"):
         TimePolicy(idle_timeout="1 minute").apply(stream)
+    with pytest.raises(ValueError, match="column 'wmobs_watermark_ms' has a name wmobs uses"):
+        TimePolicy().apply(stream.withColumn("wmobs_watermark_ms", stream.id))

@@ -103,6 +103,7 @@ _BUCKET = "wmobs__bucket"
 _WATERMARK = "wmobs_watermark_ms"
 _BATCH_TIME = "wmobs_batch_time_ms"
 _IDLE = "wmobs__idle"
+_INTERNAL = (_TS, _ARRIVAL, _VERDICT, _KEY, _BUCKET, _WATERMARK, _BATCH_TIME, _IDLE)
 _ACTIONS = ("adjust", "drop")
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 _names = itertools.count()
@@ -293,6 +294,11 @@ class TimePolicy:
                 raise ValueError(f"substream_by: column {column!r} is not in the DataFrame")
         if SYSTEM_TIMESTAMP in fields:
             raise ValueError(f"apply: the DataFrame already has a {SYSTEM_TIMESTAMP!r} column")
+        clashes = sorted(set(fields) & set(_INTERNAL))
+        if clashes:
+            raise ValueError(
+                f"apply: column {clashes[0]!r} has a name wmobs uses inside the policy; rename it"
+            )
 
     def _check_state_store(self, df: DataFrame) -> None:
         provider = df.sparkSession.conf.get(_PROVIDER_CONF, None)
