@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -198,7 +199,7 @@ def local_spark(app_name: str = "wmobs-demo") -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         # Python workers over Unix domain sockets (Spark >= 4.1): each Python task, such as the
         # global policy's per-batch watermark read, costs tens of ms less than over TCP.
-        .config("spark.python.unix.domain.socket.enabled", "true")
+        .config("spark.python.unix.domain.socket.enabled", str(hasattr(socket, "AF_UNIX")).lower())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
