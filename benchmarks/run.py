@@ -6,15 +6,15 @@
    forced onto PySpark's stock field-by-field listener bridge. Runs are interleaved (a, b, c,
    a, b, c, ...) after one warm-up of each, and the median of each is reported as a ratio to
    the baseline of the same run.
+2. ``event``: the cost of one progress event through the listener, pure Python: a progress
+   JSON string with two state operators and a wmobs observation, parsed and folded, with
+   structlog filtering at INFO as a production application would.
 3. ``policy``: the same aggregation (append mode, ``processAllAvailable``) alone and behind a
    ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
    10,000 keys (RocksDB state store). Throughput is that of the running query (first
    micro-batch's start to last one's end); query start-up is reported apart.
 4. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
    idle timeout (``--trigger`` sets the trigger interval).
-2. ``event``: the cost of one progress event through the listener, pure Python: a progress
-   JSON string with two state operators and a wmobs observation, parsed and folded, with
-   structlog filtering at INFO as a production application would.
 
 Speed is never asserted in tests; this script reports it.
 """
@@ -121,20 +121,16 @@ def _report(title: str, result: dict[str, Any]) -> None:
         )
 
 
-def _make_input(spark: Any, directory: Path, rows: int, files: int) -> None:
+def _make_input(
+    spark: Any, directory: Path, rows: int, files: int, columns: Callable[[Any, Any], list[Any]]
+) -> None:
+    """``rows`` events as Parquet in ``files`` files: ``columns(ms, id)`` of event ``id`` whose
+    event time is ``ms`` (1 ms apart, with every 97th row up to 96 s out of order)."""
     from pyspark.sql import functions as F
 
-    (
-        spark.range(rows)
-        .select(
-            # 1 ms apart, with every 97th row up to 96 s out of order
-            (F.lit(1_800_000_000_000) + F.col("id") - (F.col("id") % 97) * 1000).alias("ms"),
-            (F.col("id") % 64).alias("device"),
-        )
-        .select(F.timestamp_millis("ms").alias("event_time"), "device")
-        .repartition(files)
-        .write.parquet(str(directory))
-    )
+    row = F.col("id")
+    ms = F.lit(1_800_000_000_000) + row - (row % 97) * 1000
+    spark.range(rows).select(*columns(ms, row)).repartition(files).write.parquet(str(directory))
 
 
 def _run_query(spark: Any, source: Path, checkpoint: Path, files_per_batch: int) -> float:
@@ -162,6 +158,7 @@ def _run_query(spark: Any, source: Path, checkpoint: Path, files_per_batch: int)
 def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from pyspark.sql import functions as F
 
     import wmobs
     from wmobs._listener import WmobsListener
@@ -170,7 +167,13 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     spark = local_spark("wmobs-bench")
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-"))
     files = 40
-    _make_input(spark, work / "in", rows, files)
+    _make_input(
+        spark,
+        work / "in",
+        rows,
+        files,
+        lambda ms, row: [F.timestamp_millis(ms).alias("event_time"), (row % 64).alias("device")],
+    )
 
     def baseline() -> float:
         return _run_query(spark, work / "in", work / "ckpt", files // 10)
@@ -228,21 +231,17 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
     files = 40
-    (
-        spark.range(rows)
-        .select(
-            (F.lit(1_800_000_000_000) + F.col("id") - (F.col("id") % 97) * 1000).alias("ms"),
-            (F.col("id") % 10).alias("device10"),
-            (F.col("id") % 10_000).alias("device10k"),
-        )
-        .select(
-            F.timestamp_millis("ms").alias("EventTime"),
-            F.timestamp_millis(F.col("ms") + 500).alias("ArrivalTime"),
-            "device10",
-            "device10k",
-        )
-        .repartition(files)
-        .write.parquet(str(work / "in"))
+    _make_input(
+        spark,
+        work / "in",
+        rows,
+        files,
+        lambda ms, row: [
+            F.timestamp_millis(ms).alias("EventTime"),
+            F.timestamp_millis(ms + 500).alias("ArrivalTime"),
+            (row % 10).alias("device10"),
+            (row % 10_000).alias("device10k"),
+        ],
     )
     schema = "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
 
