@@ -225,10 +225,8 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
 
     from wmobs import TimePolicy
     from wmobs.demo import local_spark
-    from wmobs.policy import ROCKSDB_PROVIDER
 
     spark = local_spark("wmobs-bench-policy")
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
     files = 40
     _make_input(

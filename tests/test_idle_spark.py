@@ -13,8 +13,8 @@ import pytest
 
 import wmobs
 from wmobs import TimePolicy
+from wmobs._substreams import StateStore, state_directory
 from wmobs._tracker import parse_timestamp
-from wmobs.policy import ROCKSDB_PROVIDER
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
@@ -28,7 +28,6 @@ BIG = 2**53 + 1  # not exact as a float: proves no value went through a float on
 
 @pytest.fixture
 def monitor(spark: Any) -> Iterator[wmobs.Monitor]:
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     with wmobs.attach(spark, prometheus_port=None) as monitor:
         yield monitor
     for query in spark.streams.active:
@@ -197,14 +196,6 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
     snap = monitor.snapshot("subs_q")
     assert snap is not None and snap.input_rows == 2 + len(sent_b)
 
-    def tws_state_rows() -> int | None:
-        current = monitor.snapshot("subs_q")
-        if current is None:
-            return None
-        states = [
-            op.state_rows for label, op in current.operators.items() if "transform" in label.lower()
-        ]
-        return states[0] if states else None
-
-    wait_until(lambda: tws_state_rows() == 0, what="idle keys evicted", timeout=60)
+    store = StateStore(str(tmp_path / "ckpt-subs_q" / state_directory("subs")))
+    wait_until(lambda: store.stored_keys() == 0, what="idle keys evicted", timeout=60)
     query.stop()

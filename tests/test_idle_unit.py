@@ -1,15 +1,15 @@
 """The idle-timeout decisions, without a JVM: ticks, the global synthetic row, per-key clocks,
-the offsets-log reader, and the substreams processor under PySpark's TwsTester."""
+the offsets-log reader, and the substreams stage (its state files in a temporary directory)."""
 
 from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 from wmobs._idle import (
-    HEARTBEAT,
     REAL,
     TICK,
     InputActivity,
@@ -20,7 +20,7 @@ from wmobs._idle import (
 )
 from wmobs.testing import MetricsRecorder, progress_json
 
-from ._streaming import tws_processor
+from ._streaming import SubstreamStage
 
 S = 1000  # ms
 
@@ -164,52 +164,34 @@ def test_heartbeat_rows_are_not_input_rows() -> None:
         recorder.shutdown()
 
 
-def test_processor_moves_quiet_keys_and_leaves_busy_ones() -> None:
-    """The real substreams processor under TwsTester with a controlled clock: key 1 goes
-    quiet, key 2 keeps sending; a heartbeat moves key 1 only, counts one firing, and emits one
-    synthetic row; the state of the quiet key is evicted after the TTL."""
-    pd = pytest.importorskip("pandas")
-    tws = pytest.importorskip("pyspark.sql.streaming.tws_tester")
-    now = [100.0]
-    processor = tws_processor(
-        lambda: now[0], ttl_ms=30_000, idle_timeout_ms=1000, idle_column="idle"
-    )
-    tester = tws.TwsTester(processor)
+def test_stage_moves_quiet_keys_and_leaves_busy_ones(tmp_path: Path) -> None:
+    """The real substreams stage (no JVM) with a controlled clock: key 1 goes quiet, key 2
+    keeps sending; a heartbeat moves key 1 only, counts one firing, and emits one synthetic
+    row; the state of the quiet key is evicted after the TTL."""
+    stage = SubstreamStage(tmp_path, ttl_ms=30_000, idle_timeout_ms=1000)
+    stage.now = 100.0
+    every = range(64)  # the heartbeat wakes every bucket
 
-    def feed(rows: list[tuple[int, int]], heartbeat: bool) -> pd.DataFrame:
-        keys = [k for k, _ in rows] + ([0] if heartbeat else [])
-        frame = pd.DataFrame(
-            {
-                "k": keys,
-                "ts": [t for _, t in rows] + ([0] if heartbeat else []),
-                "arrival": list(range(len(keys))),
-                "v": [0] * len(keys),
-                "idle": [REAL] * len(rows) + ([HEARTBEAT] if heartbeat else []),
-            }
-        )
-        return tester.testInPandas((0,), frame)
-
-    out = feed([(1, 100_000_000), (2, 100_000_000)], heartbeat=False)
-    assert out["idle"].tolist() == [REAL, REAL]
-    now[0] = 100.5
-    out = feed([(2, 100_500_000)], heartbeat=True)  # nobody idle for 1 s yet
-    assert out["idle"].tolist() == [REAL]
-    now[0] = 101.75
-    out = feed([(2, 101_700_000)], heartbeat=True)
-    synthetic = out[out["idle"] >= 0]
-    assert synthetic["idle"].tolist() == [1]  # key 1: one firing
-    assert synthetic["ts"].tolist() == [100_750_000]  # 100 s + 0.75 s idle beyond the timeout
-    now[0] = 102.0
-    out = feed([], heartbeat=True)  # the same idle period: moves on, no new firing
-    assert out["idle"].tolist() == [0]
-    assert out["ts"].tolist() == [101_000_000]
+    out = stage.feed([(1, 100_000_000), (2, 100_000_000)])
+    assert [row["idle"] for row in out] == [REAL, REAL]
+    stage.now = 100.5
+    out = stage.feed([(2, 100_500_000)], every)  # nobody idle for 1 s yet
+    assert [row["idle"] for row in out] == [REAL]
+    stage.now = 101.75
+    out = stage.feed([(2, 101_700_000)], every)
+    synthetic = [row for row in out if row["idle"] >= 0]
+    assert [row["idle"] for row in synthetic] == [1]  # key 1: one firing
+    assert [row["ts"] for row in synthetic] == [100_750_000]  # 100 s + 0.75 s beyond the timeout
+    stage.now = 102.0
+    out = stage.feed([], every)  # the same idle period: moves on, no new firing
+    assert [(row["idle"], row["ts"]) for row in out] == [(0, 101_000_000)]
     # Key 1 returns with an event behind its moved clock: out of order, adjusted up to it.
-    out = feed([(1, 100_900_000)], heartbeat=False)
-    assert out["ts"].tolist() == [101_000_000] and out["v"].tolist() == [32]
+    out = stage.feed([(1, 100_900_000)])
+    assert [(row["ts"], row["v"]) for row in out] == [(101_000_000, 32)]
     # Quiet for longer than the TTL: both keys are evicted on the next heartbeat.
-    now[0] = 140.0
-    feed([], heartbeat=True)
-    assert tester.peekValueState("substreams_idle", (0,)) is None
+    stage.now = 140.0
+    assert stage.feed([], every) == []
+    assert stage.store.stored_keys() == 0
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import wmobs
 from wmobs import DeadLetter, TimePolicy
 from wmobs._tracker import parse_timestamp
-from wmobs.policy import ROCKSDB_PROVIDER
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
-PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 SCHEMA = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, deviceId STRING"
 
 # DESIGN.md §2: (#, event time, arrival time, device), in arrival order.
@@ -74,17 +71,6 @@ def worked_rows() -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
-def rocksdb(spark: Any) -> Iterator[None]:
-    previous = spark.conf.get(PROVIDER, None)
-    spark.conf.set(PROVIDER, ROCKSDB_PROVIDER)
-    yield
-    if previous is None:
-        spark.conf.unset(PROVIDER)
-    else:
-        spark.conf.set(PROVIDER, previous)
-
-
 def run_policy(
     spark: Any,
     policy: TimePolicy,
@@ -94,8 +80,10 @@ def run_policy(
     *,
     schema: str = SCHEMA,
     files_per_trigger: int = 1,
+    parquet: Path | None = None,
 ) -> tuple[dict[int, int | None], dict[tuple[str, str], int], Any]:
-    """Run ``policy`` over ``source``: (id -> system seconds, policy counts, progress)."""
+    """Run ``policy`` over ``source``: (id -> system seconds, policy counts, progress).
+    The memory sink, or with ``parquet`` a Parquet sink there (which a restart can resume)."""
     from pyspark.sql import functions as F
 
     reader = InMemoryMetricReader()
@@ -103,14 +91,16 @@ def run_policy(
     with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
         df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger)
         out = policy.apply(df.json(str(source)), checkpoint_location=checkpoint)
-        query = (
+        writer = (
             out.select("id", F.unix_seconds("system_timestamp").alias("system"))
             .writeStream.queryName(name)
-            .format("memory")
             .option("checkpointLocation", checkpoint)
             .trigger(processingTime="100 milliseconds")
-            .start()
         )
+        if parquet is None:
+            query = writer.format("memory").start()
+        else:
+            query = writer.format("parquet").start(str(parquet))
         # Not availableNow: with a ProcessingTime operator in the plan it never stops.
         query.processAllAvailable()
         query.stop()
@@ -118,7 +108,12 @@ def run_policy(
         wait_until(lambda: (s := monitor.snapshot(name)) is not None and not s.active)
         snap = monitor.snapshot(name)
         assert snap is not None
-        kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
+        table = (
+            spark.sql(f"select * from {name}")
+            if parquet is None
+            else spark.read.parquet(str(parquet))
+        )
+        kept = {r.id: r.system for r in table.collect()}
     return kept, dict(snap.policy_events), query.recentProgress
 
 
@@ -154,7 +149,7 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path) -
     assert set(others.values()) == {0}
 
 
-def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, rocksdb: None) -> None:
+def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path) -> None:
     rows = worked_rows()
     scrambled = rows[5:] + rows[:5]  # file order is not arrival order
     write_rows(tmp_path / "in", "all", scrambled)
@@ -207,16 +202,28 @@ def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_
         query.stop()
 
 
-def test_substreams_need_rocksdb(spark: Any, tmp_path: Path) -> None:
-    previous = spark.conf.get(PROVIDER, None)
-    spark.conf.unset(PROVIDER)
-    try:
-        df = spark.readStream.schema(SCHEMA).json(str(tmp_path))
-        with pytest.raises(ValueError, match=r"RocksDBStateStoreProvider"):
-            TimePolicy(substream_by=["deviceId"]).apply(df)
-    finally:
-        if previous is not None:
-            spark.conf.set(PROVIDER, previous)
+def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path) -> None:
+    """Each key's watermark is kept in the checkpoint: after a restart an event behind its
+    key's maximum from before the restart is still out of order; another key's is not."""
+
+    def row(i: int, event: str, arrival: str, device: str) -> dict[str, Any]:
+        return {"id": i, "EventTime": ts(event), "ArrivalTime": ts(arrival), "deviceId": device}
+
+    policy = TimePolicy(late_arrival="1 hour", substream_by=["deviceId"], name="restart")
+    write_rows(tmp_path / "in", "1", [row(1, "12:10", "12:10", "A"), row(2, "12:00", "12:10", "B")])
+    out = tmp_path / "out"
+    before, counts_before, _ = run_policy(
+        spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
+    )
+    write_rows(tmp_path / "in", "2", [row(3, "12:05", "12:11", "A"), row(4, "12:01", "12:11", "B")])
+    after, counts_after, _ = run_policy(spark, policy, tmp_path / "in", tmp_path, "re", parquet=out)
+    assert before == {1: epoch("12:10"), 2: epoch("12:00")}
+    # 3 is behind A's 12:10 from before the restart: adjusted up to it.
+    assert after == before | {3: epoch("12:10"), 4: epoch("12:01")}
+    assert counts_before[("out_of_order", "adjusted")] == 0
+    assert counts_after[("out_of_order", "adjusted")] == 1
+    state = tmp_path / "ckpt-re" / "wmobs" / "substreams" / "restart"
+    assert state.is_dir()  # next to Spark's own state, in the query's checkpoint
 
 
 def test_adjusted_rows_survive_a_downstream_window_aggregation(spark: Any, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from wmobs._durations import to_micros
 from wmobs._substreams import judge_bucket, judge_key_reference
 
-from ._streaming import tws_processor
+from ._streaming import SubstreamStage
 
 
 def _one_key(state: int | None, ts: list[int], candidate: list[bool], tol: int, drop: bool) -> Any:
@@ -112,36 +113,42 @@ def test_bucket_judge_matches_per_key_definition(seed: int) -> None:
     assert got.new_max == expected_max
 
 
-def test_idle_keys_are_forgotten_after_the_ttl() -> None:
-    """The real processor under PySpark's TwsTester (no JVM), with a controlled clock."""
-    pd = pytest.importorskip("pandas")
-    tws = pytest.importorskip("pyspark.sql.streaming.tws_tester")
-    now = [1000.0]
-    tester = tws.TwsTester(tws_processor(lambda: now[0], ttl_ms=60_000))
+def test_idle_keys_are_forgotten_after_the_ttl(tmp_path: Path) -> None:
+    """The real stage, without a JVM, with a controlled clock and its state files."""
+    stage = SubstreamStage(tmp_path, ttl_ms=60_000)
+    stage.now = 1000.0
 
     def feed(rows: list[tuple[int, int]]) -> list[int]:
-        frame = pd.DataFrame(
-            {
-                "k": [k for k, _ in rows],
-                "ts": [t for _, t in rows],
-                "arrival": list(range(len(rows))),
-                "v": [0] * len(rows),
-            }
-        )
-        return tester.testInPandas((0,), frame)["ts"].tolist()
-
-    def keys() -> set[int]:
-        return set(tester.peekValueState("substreams", (0,))[0])
+        return [row["ts"] for row in stage.feed(rows)]
 
     feed([(1, 500), (2, 900)])
-    assert keys() == {1, 2}
-    now[0] += 30  # key 2 idle for 30 s: kept
+    assert stage.store.stored_keys() == 2
+    stage.now += 30  # key 2 idle for 30 s: kept
     assert feed([(1, 600)]) == [600]
-    assert keys() == {1, 2}
-    now[0] += 45  # key 2 idle for 75 s > 60 s: forgotten
-    assert feed([(1, 700)]) == [700]
-    assert keys() == {1}
-    # Key 2 returns: it starts afresh, so 100 (far below its old 900) is not out of order.
-    assert feed([(2, 100)]) == [100]
-    # Key 1 was never idle: 10 is below its watermark 700 and is adjusted up to it.
-    assert feed([(1, 10)]) == [700]
+    assert stage.store.stored_keys() == 2
+    stage.now += 45  # key 2 idle for 75 s > 60 s, but its bucket (2 mod 64) has no rows
+    assert feed([(1, 700), (65, 5)]) == [700, 5]  # 65 is in key 1's bucket
+    assert stage.store.stored_keys() == 3
+    # Key 2's bucket gets rows (66): key 2 is forgotten first, so 1 is not out of order.
+    assert feed([(66, 5), (2, 1)]) == [5, 1]
+    assert stage.store.stored_keys() == 4
+    stage.now += 61  # 65 is forgotten when key 1 gets rows; 2 and 66 wait for their bucket
+    assert feed([(1, 800)]) == [800]
+    assert stage.store.stored_keys() == 3
+    # Key 1 was never idle: 10 is below its watermark 800 and is adjusted up to it.
+    assert feed([(1, 10)]) == [800]
+
+
+def test_the_state_is_versioned_by_micro_batch(tmp_path: Path) -> None:
+    """A retried micro-batch reads the state its first attempt read, so retries judge the
+    same; only the last two versions of a bucket are kept."""
+    stage = SubstreamStage(tmp_path)
+    stage.feed([(1, 500)])
+    assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]  # batch 1: out of order
+    stage.batch -= 1  # batch 1 again (a retry): the same verdict, not judged against itself
+    assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]
+    stage.batch -= 1
+    assert [row["ts"] for row in stage.feed([(1, 900)])] == [900]
+    assert [row["ts"] for row in stage.feed([(1, 800)])] == [900]  # batch 2 sees batch 1's 900
+    stage.feed([(1, 1000)])
+    assert sorted(p.name for p in (tmp_path / "state" / "1").iterdir()) == ["2.arrow", "3.arrow"]

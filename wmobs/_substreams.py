@@ -15,8 +15,9 @@ not seen for ``substream_ttl`` is dropped from its bucket when the bucket next g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,9 +26,15 @@ import numpy.typing as npt
 __all__ = [
     "BUCKETS",
     "BucketVerdicts",
+    "Columns",
+    "KeyState",
+    "StateStore",
+    "SubstreamConfig",
     "judge_bucket",
     "judge_key_reference",
-    "make_processor",
+    "judge_partition",
+    "make_stage",
+    "state_directory",
 ]
 
 _NONE = np.iinfo(np.int64).min
@@ -126,126 +133,363 @@ def judge_key_reference(
 
 
 BUCKETS = 64
-"""Substream keys are spread over this many groups: one stateful call per bucket and batch."""
+"""Substream keys are spread over this many state files (one per bucket and micro-batch)."""
 
 
-def make_processor(
+def state_directory(policy_name: str) -> str:
+    """Where a policy's substream state lives, relative to the query's checkpoint."""
+    return f"wmobs/substreams/{policy_name}/{BUCKETS}"
+
+
+@dataclass
+class KeyState:
+    """What the operator remembers per key (64-bit hash of the substream columns)."""
+
+    maxima: dict[int, int] = field(default_factory=dict)
+    """Largest system timestamp (µs)."""
+    seen_ms: dict[int, int] = field(default_factory=dict)
+    """When the key last had input (processing time, ms): for the TTL and the idle timeout."""
+    advanced_ms: dict[int, int] = field(default_factory=dict)
+    """Up to when the key's idle clock has run (absent: not idle since its last input)."""
+
+    def update(self, other: KeyState) -> None:
+        self.maxima.update(other.maxima)
+        self.seen_ms.update(other.seen_ms)
+        self.advanced_ms.update(other.advanced_ms)
+
+    def split(self, buckets: Iterable[int]) -> dict[int, KeyState]:
+        """The state of each of ``buckets`` (a key's bucket is ``key mod BUCKETS``, as Spark's
+        ``pmod``); a bucket with no key left gets an empty state."""
+        parts = {bucket: KeyState() for bucket in buckets}
+        for key, value in self.maxima.items():
+            part = parts[key % BUCKETS]
+            part.maxima[key] = value
+            part.seen_ms[key] = self.seen_ms[key]
+            if key in self.advanced_ms:
+                part.advanced_ms[key] = self.advanced_ms[key]
+        return parts
+
+
+@dataclass(frozen=True)
+class SubstreamConfig:
+    tolerance_us: int
+    drop: bool
+    ttl_ms: int | None = None
+    idle_timeout_ms: int | None = None
+    candidate_bits: int = 0
+    """Verdict bits of rows no longer in play (dropped by an earlier policy)."""
+    ooo_bit: int = 0
+    """The verdict bit of an out-of-order row."""
+
+
+@dataclass
+class PartitionVerdicts:
+    system_us: npt.NDArray[np.int64]
+    verdicts: npt.NDArray[np.int64]
+    synthetic: tuple[int, int] | None
+    """With the idle timeout, when keys' clocks moved: (largest moved timestamp µs, firings)."""
+
+
+def judge_partition(
+    state: KeyState,
+    keys: npt.NDArray[np.int64],
+    arrival_us: npt.NDArray[np.int64],
+    ts_us: npt.NDArray[np.int64],
+    verdicts: npt.NDArray[np.int64],
     *,
-    tolerance_us: int,
-    drop: bool,
-    ttl_ms: int | None,
-    key_column: str,
-    ts_column: str,
-    arrival_column: str,
-    verdict_column: str,
-    candidate_bits: int,
-    ooo_bit: int,
-    idle_timeout_ms: int | None = None,
-    idle_column: str | None = None,
+    heartbeat: bool,
+    now_ms: int,
+    config: SubstreamConfig,
+) -> PartitionVerdicts:
+    """One micro-batch of real rows (any keys) against ``state``, which is updated in place:
+    keys not seen for the TTL forgotten, out-of-order verdicts (:func:`judge_bucket`),
+    last-seen times and, on a ``heartbeat``, the idle clocks moved
+    (:func:`wmobs._idle.advance_idle_keys`)."""
+    from wmobs._idle import advance_idle_keys
+
+    if config.ttl_ms is not None:  # forgotten first: a key back after the TTL starts afresh
+        horizon = now_ms - config.ttl_ms
+        for key in [k for k, seen in state.seen_ms.items() if seen < horizon]:
+            state.maxima.pop(key, None)
+            state.seen_ms.pop(key, None)
+            state.advanced_ms.pop(key, None)
+    judged = judge_bucket(
+        state.maxima,
+        keys,
+        arrival_us,
+        ts_us,
+        (verdicts & config.candidate_bits) == 0,
+        tolerance_us=config.tolerance_us,
+        drop=config.drop,
+    )
+    state.maxima = judged.new_max
+    for touched in np.unique(keys).tolist():
+        state.seen_ms[touched] = now_ms
+        state.advanced_ms.pop(touched, None)
+    for key in [k for k in state.seen_ms if k not in state.maxima]:
+        del state.seen_ms[key]  # every row of a new key was dropped: nothing to remember
+    synthetic = None
+    if heartbeat and config.idle_timeout_ms is not None:
+        top, firings = advance_idle_keys(
+            state.maxima,
+            state.seen_ms,
+            state.advanced_ms,
+            now_ms=now_ms,
+            timeout_ms=config.idle_timeout_ms,
+        )
+        if top is not None:  # every firing moves a clock, so firings imply a top
+            synthetic = (top, firings)
+    return PartitionVerdicts(
+        judged.system_us,
+        np.where(judged.out_of_order, verdicts | config.ooo_bit, verdicts),
+        synthetic,
+    )
+
+
+_STATE_SCHEMA = ("key", "max_us", "seen_ms", "advanced_ms")
+
+
+class StateStore:
+    """The substreams' state in the query's checkpoint, one Arrow IPC file per key bucket and
+    micro-batch: ``<root>/<bucket>/<batchId>.arrow`` (any filesystem pyarrow knows).
+
+    Batch *N* reads, per bucket, the newest file of a batch before *N* and writes ``N.arrow``
+    atomically (temporary file, then rename): a retried or restarted batch *N* reads the same
+    state again and overwrites its own file, so the state is exactly once, like Spark's. A
+    bucket with no rows in a batch writes nothing. Files older than the one read are deleted.
+    """
+
+    def __init__(self, root: str) -> None:
+        from wmobs._fs import filesystem_for
+
+        self.fs, self.root = filesystem_for(root)
+        self._read_from: dict[int, int | None] = {}
+
+    def _versions(self, bucket: int) -> list[int]:
+        from pyarrow import fs
+
+        selector = fs.FileSelector(f"{self.root}/{bucket}", allow_not_found=True)
+        names = [info.base_name for info in self.fs.get_file_info(selector)]
+        return sorted(int(n[: -len(".arrow")]) for n in names if _is_version(n))
+
+    def load(self, bucket: int, batch_id: int) -> KeyState:
+        """The bucket's state as the newest batch before ``batch_id`` left it."""
+        import pyarrow as pa
+
+        versions = [v for v in self._versions(bucket) if v < batch_id]
+        self._read_from[bucket] = versions[-1] if versions else None
+        for old in versions[:-1]:  # left over from an earlier run that stopped in between
+            self._delete(bucket, old)
+        if not versions:
+            return KeyState()
+        with self.fs.open_input_stream(f"{self.root}/{bucket}/{versions[-1]}.arrow") as stream:
+            table = pa.ipc.open_stream(stream).read_all()
+        key, max_us, seen, advanced = (table.column(c).to_numpy() for c in _STATE_SCHEMA)
+        keys = key.tolist()
+        return KeyState(
+            dict(zip(keys, max_us.tolist(), strict=True)),
+            dict(zip(keys, seen.tolist(), strict=True)),
+            {k: a for k, a in zip(keys, advanced.tolist(), strict=True) if a >= 0},
+        )
+
+    def save(self, bucket: int, batch_id: int, state: KeyState) -> None:
+        """Write the bucket's state after ``batch_id`` (the version it was loaded from stays,
+        for a retry of ``batch_id``; older ones went when it was loaded)."""
+        import uuid
+
+        import pyarrow as pa
+
+        keys = list(state.maxima)
+        table = pa.table(
+            {
+                "key": pa.array(keys, pa.int64()),
+                "max_us": pa.array([state.maxima[k] for k in keys], pa.int64()),
+                "seen_ms": pa.array([state.seen_ms[k] for k in keys], pa.int64()),
+                "advanced_ms": pa.array([state.advanced_ms.get(k, -1) for k in keys], pa.int64()),
+            }
+        )
+        folder = f"{self.root}/{bucket}"
+        self.fs.create_dir(folder, recursive=True)
+        temp = f"{folder}/.{batch_id}.{uuid.uuid4().hex}.tmp"
+        with (
+            self.fs.open_output_stream(temp) as stream,
+            pa.ipc.new_stream(stream, table.schema) as w,
+        ):
+            w.write_table(table)
+        self.fs.move(temp, f"{folder}/{batch_id}.arrow")
+
+    def stored_keys(self) -> int:
+        """How many keys the newest state files hold (for tests and diagnostics)."""
+        from pyarrow import fs
+
+        total = 0
+        for info in self.fs.get_file_info(fs.FileSelector(self.root, allow_not_found=True)):
+            if info.base_name.isdigit():
+                bucket = int(info.base_name)
+                versions = self._versions(bucket)
+                if versions:
+                    total += len(self.load(bucket, versions[-1] + 1).maxima)
+        return total
+
+    def _delete(self, bucket: int, batch_id: int) -> None:
+        with contextlib.suppress(OSError):  # already gone (a concurrent attempt of the task)
+            self.fs.delete_file(f"{self.root}/{bucket}/{batch_id}.arrow")
+
+
+def _is_version(name: str) -> bool:
+    return name.endswith(".arrow") and name[: -len(".arrow")].isdigit()
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where the operator finds its inputs (the policy's internal column names)."""
+
+    key: str
+    """64-bit hash of the substream columns; its bucket is ``key mod BUCKETS``. Heartbeat rows
+    carry the bucket they wake."""
+    ts: str
+    arrival: str
+    verdict: str
+    idle: str | None = None
+    output: tuple[str, ...] = ()
+    """The columns to yield, in order (the key and arrival time are not needed after this)."""
+
+
+def make_stage(
+    config: SubstreamConfig,
+    columns: Columns,
+    *,
+    checkpoint: str,
+    directory: str,
     clock: Callable[[], float] | None = None,
-) -> Any:
-    """The ``StatefulProcessor`` for ``transformWithStateInPandas`` over key buckets.
+    batch_id: Callable[[], int | None] | None = None,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function over rows partitioned by key bucket.
 
-    The state of a bucket is one value: the 64-bit hashes of its keys, each key's largest
-    system timestamp and when it was last seen (processing time, for ``ttl_ms``): two state
-    round trips per bucket and micro-batch, however many keys. ``clock`` (unix seconds,
-    default ``time.time``) is for tests. Imports PySpark lazily.
+    Each task reads the state of its buckets from ``<checkpoint>/<directory>``
+    (:class:`StateStore`), judges all its rows at once (:func:`judge_partition`), writes the
+    state back and yields the rows' ``columns.output`` with ``columns.ts`` and
+    ``columns.verdict`` replaced. With
+    the idle timeout, heartbeat rows (``columns.idle == HEARTBEAT``) are consumed and one
+    synthetic row (``columns.idle`` = firings) is yielded when clocks moved.
 
-    With ``idle_timeout_ms``, rows whose ``idle_column`` is ``HEARTBEAT`` wake the bucket:
-    every key idle for the timeout has its clock moved on (:func:`wmobs._idle.advance_idle_keys`,
-    the state then also keeps up to when), and the bucket emits one synthetic row (``ts_column``
-    = the largest moved clock, ``idle_column`` = the firings) instead of the heartbeat rows.
-    Real rows carry ``REAL`` in ``idle_column``.
+    ``clock`` (unix seconds) and ``batch_id`` stand in for the wall clock and the task's
+    micro-batch in tests (``checkpoint`` is then the state's root); outside a micro-batch the
+    rows are judged against an empty state, and nothing is stored.
     """
     import time
 
     now_s = clock or time.time
 
-    import pandas as pd
-    from pyspark.sql.streaming.stateful_processor import (
-        StatefulProcessor,
-        StatefulProcessorHandle,
-    )
+    def stage(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-    from wmobs._idle import HEARTBEAT, advance_idle_keys
+        from wmobs._idle import HEARTBEAT
 
-    idle = idle_timeout_ms is not None and idle_column is not None
-    arrays = ["keys", "maxima", "seen_ms"] + (["advanced_ms"] if idle else [])
+        parts = [b for b in batches if b.num_rows]
+        if not parts:
+            return
+        now_ms = int(now_s() * 1000)
 
-    class SubstreamProcessor(StatefulProcessor):
-        def init(self, handle: StatefulProcessorHandle) -> None:
-            # A separate state name with idle timeout: its value has one more array.
-            self.bucket = handle.getValueState(
-                "substreams_idle" if idle else "substreams",
-                ", ".join(f"{name} ARRAY<LONG>" for name in arrays),
-            )
+        def column(name: str) -> Any:
+            return pa.chunked_array([b.column(name) for b in parts])
 
-        def handleInputRows(
-            self,
-            key: Any,
-            rows: Iterator[pd.DataFrame],
-            timerValues: Any,  # noqa: N803
-        ) -> Iterator[pd.DataFrame]:
-            frames = list(rows)
-            pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-            now_ms = int(now_s() * 1000)
-            stored = self.bucket.get()
-            columns = [list(c) for c in stored] if stored is not None else [[] for _ in arrays]
-            keys = columns[0]
-            state = dict(zip(keys, columns[1], strict=True))
-            seen = dict(zip(keys, columns[2], strict=True))
-            advanced = (
-                {k: v for k, v in zip(keys, columns[3], strict=True) if v >= 0} if idle else {}
-            )
-            wake = None
-            if idle:
-                beats = pdf[idle_column].to_numpy(dtype=np.int64) == HEARTBEAT
-                if beats.any():
-                    wake = pdf[beats].head(1).copy()
-                    pdf = pdf[~beats]
-            verdicts = pdf[verdict_column].to_numpy(dtype=np.int64)
-            row_keys = pdf[key_column].to_numpy(dtype=np.int64)
-            judged = judge_bucket(
-                state,
-                row_keys,
-                pdf[arrival_column].to_numpy(dtype=np.int64),
-                pdf[ts_column].to_numpy(dtype=np.int64),
-                (verdicts & candidate_bits) == 0,
-                tolerance_us=tolerance_us,
-                drop=drop,
-            )
-            if len(pdf):
-                pdf = pdf.copy() if wake is not None else pdf
-                pdf[ts_column] = judged.system_us
-                pdf[verdict_column] = np.where(judged.out_of_order, verdicts | ooo_bit, verdicts)
-            maxima = judged.new_max
-            for touched in np.unique(row_keys).tolist():
-                seen[touched] = now_ms
-                advanced.pop(touched, None)
-            live = [k for k in maxima if ttl_ms is None or seen.get(k, now_ms) >= now_ms - ttl_ms]
-            if wake is not None and idle_timeout_ms is not None:
-                top, firings = advance_idle_keys(
-                    maxima,
-                    {k: seen.get(k, now_ms) for k in live},
-                    advanced,
-                    now_ms=now_ms,
-                    timeout_ms=idle_timeout_ms,
-                )
-                if top is not None:  # every firing moves a clock, so firings imply a top
-                    wake[ts_column] = top
-                    wake[idle_column] = firings
-                    pdf = pd.concat([pdf, wake], ignore_index=True)
-            value = [live, [maxima[k] for k in live], [seen.get(k, now_ms) for k in live]]
-            if idle:
-                value.append([advanced.get(k, -1) for k in live])
-            if live:
-                self.bucket.update(tuple(value))
-            elif stored is not None:
-                self.bucket.clear()  # every key evicted: no state row left for the bucket
-            if len(pdf):
-                yield pdf
+        ts_column = column(columns.ts)
+        null_ts = ts_column.is_null().to_numpy() if ts_column.null_count else None
+        ts = pc.fill_null(ts_column, 0).to_numpy()
+        keys = column(columns.key).to_numpy()
+        arrival = column(columns.arrival).to_numpy()
+        verdicts = column(columns.verdict).to_numpy()
+        buckets = np.unique(np.mod(keys, BUCKETS)).tolist()
+        beats = None
+        if columns.idle is not None and config.idle_timeout_ms is not None:
+            beats = column(columns.idle).to_numpy() == HEARTBEAT
+            if not beats.any():
+                beats = None
+        real = slice(None) if beats is None else ~beats
 
-        def close(self) -> None:
-            pass
+        batch = batch_id() if batch_id is not None else _task_batch_id()
+        store = None
+        state = KeyState()
+        if batch is not None:
+            root = checkpoint if batch_id is not None else _task_checkpoint(checkpoint)
+            store = StateStore(f"{root.rstrip('/')}/{directory}")
+            for bucket in buckets:
+                state.update(store.load(bucket, batch))
+        judged = judge_partition(
+            state,
+            keys[real],
+            arrival[real],
+            ts[real],
+            verdicts[real],
+            heartbeat=beats is not None,
+            now_ms=now_ms,
+            config=config,
+        )
+        if store is not None and batch is not None:
+            for bucket, part in state.split(buckets).items():
+                store.save(bucket, batch, part)
 
-    return SubstreamProcessor()
+        system, verdict = ts.copy(), verdicts.copy()
+        system[real], verdict[real] = judged.system_us, judged.verdicts
+        schema = pa.schema([parts[0].schema.field(name) for name in columns.output])
+        offset = 0
+        for part in parts:
+            end = offset + part.num_rows
+            mask = None if null_ts is None else null_ts[offset:end]
+            replaced = {
+                columns.ts: pa.array(system[offset:end], pa.int64(), mask=mask),
+                columns.verdict: pa.array(verdict[offset:end], pa.int64()),
+            }
+            arrays = [replaced[n] if n in replaced else part.column(n) for n in columns.output]
+            out = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            if beats is not None:
+                out = out.filter(pa.array(~beats[offset:end]))
+            if out.num_rows:
+                yield out
+            offset = end
+        if judged.synthetic is not None and beats is not None and columns.idle is not None:
+            yield _synthetic_row(parts, beats, columns, judged.synthetic, schema)
+
+    return stage
+
+
+def _synthetic_row(
+    parts: list[Any],
+    beats: npt.NDArray[np.bool_],
+    columns: Columns,
+    synthetic: tuple[int, int],
+    schema: Any,
+) -> Any:
+    """A heartbeat row (placeholders in every user column) carrying the moved clock."""
+    import pyarrow as pa
+
+    first = int(np.flatnonzero(beats)[0])
+    for part in parts:
+        if first < part.num_rows:
+            row = part.slice(first, 1)
+            break
+        first -= part.num_rows
+    top, firings = synthetic
+    replaced = {columns.ts: pa.array([top], pa.int64()), columns.idle: pa.array([firings])}
+    arrays = [replaced[n] if n in replaced else row.column(n) for n in columns.output]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _task_batch_id() -> int | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = None if context is None else context.getLocalProperty("streaming.sql.batchId")
+    return None if value is None else int(value)
+
+
+def _task_checkpoint(configured: str) -> str:
+    from pyspark import TaskContext
+
+    from wmobs._watermark_source import _resolve_checkpoint
+
+    context = TaskContext.get()
+    props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
+    return _resolve_checkpoint(configured, props)

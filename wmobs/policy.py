@@ -39,9 +39,10 @@ clock on with processing time and a filter right after ``withWatermark`` removes
 rows that carry it (:mod:`wmobs._idle`); each idle period is one firing, observed as
 ``idle_timeout_firings``.
 
-Substreams use ``transformWithStateInPandas``, which needs the RocksDB state store:
-``spark.sql.streaming.stateStore.providerClass=
-org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider``.
+Substreams partition the rows by key bucket and judge each partition in one ``mapInArrow``
+task, vectorised; the per-key state lives in the query's checkpoint next to Spark's own
+(``<checkpoint>/wmobs/substreams/<policy name>/``), versioned by micro-batch, so it survives
+restarts and retries exactly once. Any state store provider works.
 """
 
 from __future__ import annotations
@@ -68,11 +69,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["ROCKSDB_PROVIDER", "SYSTEM_TIMESTAMP", "TimePolicy"]
+__all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 
 SYSTEM_TIMESTAMP = "system_timestamp"
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 
 # Verdict bits, one per (policy, action) that can happen.
 INVALID_DROPPED = 1
@@ -99,11 +98,10 @@ _TS = "wmobs__ts_us"
 _ARRIVAL = "wmobs__arrival_us"
 _VERDICT = "wmobs__verdict"
 _KEY = "wmobs__key"
-_BUCKET = "wmobs__bucket"
 _WATERMARK = "wmobs_watermark_ms"
 _BATCH_TIME = "wmobs_batch_time_ms"
 _IDLE = "wmobs__idle"
-_INTERNAL = (_TS, _ARRIVAL, _VERDICT, _KEY, _BUCKET, _WATERMARK, _BATCH_TIME, _IDLE)
+_INTERNAL = (_TS, _ARRIVAL, _VERDICT, _KEY, _WATERMARK, _BATCH_TIME, _IDLE)
 _ACTIONS = ("adjust", "drop")
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 _names = itertools.count()
@@ -201,8 +199,8 @@ class TimePolicy:
         ``system_timestamp`` with the watermark (``out_of_order`` delay) on it.
 
         ``checkpoint_location``: the ``checkpointLocation`` of the query this DataFrame will
-        run in; the global out-of-order policy reads each batch's watermark from it (not needed
-        with ``substream_by``, nor for a named query under the session's
+        run in: every micro-batch reads its watermark and timestamp from it, and substreams
+        keep their per-key state in it (not needed for a named query under the session's
         ``spark.sql.streaming.checkpointLocation`` root).
 
         ``dead_letter``: where dropped rows go (a directory, a function, or a
@@ -213,8 +211,6 @@ class TimePolicy:
 
         sink = None if dead_letter is None else DeadLetter.of(dead_letter)
         self._check_columns(df)
-        if self.substream_by is not None:
-            self._check_state_store(df)
         columns = df.columns
         staged = df.select(
             *[F.col(f"`{c}`") for c in columns],
@@ -222,21 +218,21 @@ class TimePolicy:
             self._arrival_micros(df).alias(_ARRIVAL),
         )
         idle = "idle_timeout" in self._micros
+        if idle and self.substream_by is None and checkpoint_location is None:
+            raise ValueError(
+                "idle_timeout: without substream_by the idle timeout reads the query's "
+                "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
+            )
+        staged = self._join_batch_times(staged, checkpoint_location)
+        staged = self._arrival_policies(staged, F.col(_BATCH_TIME) * F.lit(1000))
         if self.substream_by is None:
-            if idle and checkpoint_location is None:
-                raise ValueError(
-                    "idle_timeout: without substream_by the idle timeout reads the query's "
-                    "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
-                )
-            staged = self._join_batch_times(staged, checkpoint_location)
-            staged = self._arrival_policies(staged, F.col(_BATCH_TIME) * F.lit(1000))
             staged = self._global_out_of_order(staged)
             if idle:
                 staged = staged.withColumn(_IDLE, F.lit(REAL).cast("long"))
                 staged = staged.unionByName(self._heartbeat(staged, checkpoint_location))
         else:
-            staged = self._arrival_policies(staged, F.unix_micros(F.current_timestamp()))
-            staged = self._substream_out_of_order(staged)
+            staged = staged.drop(_WATERMARK, _BATCH_TIME)
+            staged = self._substream_out_of_order(staged, checkpoint_location)
         observed = staged.observe(self.observation_name, *self._counts(sink is not None, idle))
         if sink is None:
             kept = observed.filter((F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
@@ -298,15 +294,6 @@ class TimePolicy:
         if clashes:
             raise ValueError(
                 f"apply: column {clashes[0]!r} has a name wmobs uses inside the policy; rename it"
-            )
-
-    def _check_state_store(self, df: DataFrame) -> None:
-        provider = df.sparkSession.conf.get(_PROVIDER_CONF, None)
-        if not provider or "RocksDBStateStoreProvider" not in provider:
-            raise ValueError(
-                "substream_by: substreams keep per-key state with transformWithStateInPandas, "
-                f"which needs the RocksDB state store: set {_PROVIDER_CONF}={ROCKSDB_PROVIDER} "
-                "on the session before starting the query"
             )
 
     # ---- the stages ----------------------------------------------------------------------
@@ -384,56 +371,47 @@ class TimePolicy:
             replaced[_TS] = F.when(behind, mark).otherwise(F.col(_TS))
         return _replace(df, replaced).drop(_WATERMARK, _BATCH_TIME)
 
-    def _substream_out_of_order(self, df: DataFrame) -> DataFrame:
-        """Per key, in arrival order, with ``transformWithStateInPandas``."""
+    def _substream_out_of_order(self, df: DataFrame, checkpoint: str | None) -> DataFrame:
+        """Per key, in arrival order: rows partitioned by key bucket, judged by one
+        ``mapInArrow`` task per partition that keeps its keys' state in the checkpoint
+        (:mod:`wmobs._substreams`)."""
         from pyspark.sql import functions as F
-        from pyspark.sql.types import TimestampType
 
-        from wmobs._substreams import BUCKETS, make_processor
+        from wmobs._substreams import BUCKETS, Columns, SubstreamConfig, make_stage, state_directory
 
         drop = self.out_of_order_action == "drop"
         ttl_us = self._micros.get("substream_ttl")
         idle_us = self._micros.get("idle_timeout")
-        idle_ms = None if idle_us is None else idle_us // 1000
-        processor = make_processor(
+        config = SubstreamConfig(
             tolerance_us=self._micros["out_of_order"],
             drop=drop,
             ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
-            key_column=_KEY,
-            ts_column=_TS,
-            arrival_column=_ARRIVAL,
-            verdict_column=_VERDICT,
+            idle_timeout_ms=None if idle_us is None else idle_us // 1000,
             candidate_bits=DROPPED_BITS,
             ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
-            idle_timeout_ms=idle_ms,
-            idle_column=_IDLE,
         )
         keys = [F.col(f"`{c}`") for c in self.substream_by or ()]
-        # Timestamps cross into pandas as plain microseconds: converting them is most of the
-        # cost of the Arrow -> pandas round trip; they are restored right after.
-        timestamps = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
-        keyed = df.select(
-            *[
-                F.unix_micros(F.col(f"`{c}`")).alias(c) if c in timestamps else F.col(f"`{c}`")
-                for c in df.columns
-            ],
-            F.xxhash64(*keys).alias(_KEY),
-        ).withColumn(_BUCKET, F.pmod(F.col(_KEY), F.lit(BUCKETS)))
-        if idle_ms is not None:
+        keyed = df.withColumn(_KEY, F.xxhash64(*keys))
+        if idle_us is not None:
             keyed = keyed.withColumn(_IDLE, F.lit(REAL).cast("long"))
             keyed = keyed.unionByName(self._heartbeat(keyed, None))
-        judged = keyed.groupBy(_BUCKET).transformWithStateInPandas(
-            statefulProcessor=processor,
-            outputStructType=keyed.schema,
-            outputMode="Append",
-            timeMode="None",  # wmobs evicts idle keys itself: no timers, no idle micro-batches
+        output = [c for c in keyed.columns if c not in (_KEY, _ARRIVAL)]
+        stage = make_stage(
+            config,
+            Columns(
+                _KEY,
+                _TS,
+                _ARRIVAL,
+                _VERDICT,
+                _IDLE if idle_us is not None else None,
+                tuple(output),
+            ),
+            checkpoint=checkpoint or "",
+            directory=state_directory(self.name or self._default_name),
         )
-        return judged.select(
-            *[
-                F.timestamp_micros(F.col(f"`{c}`")).alias(c) if c in timestamps else F.col(f"`{c}`")
-                for c in judged.columns
-            ]
-        )
+        # Partitioned by bucket, computed, not carried: one column less through the shuffle.
+        partitioned = keyed.repartition(F.pmod(F.col(_KEY), F.lit(BUCKETS)))
+        return partitioned.mapInArrow(stage, keyed.select(*output).schema)
 
     def _heartbeat(self, like: DataFrame, checkpoint: str | None) -> DataFrame:
         """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
@@ -468,7 +446,7 @@ class TimePolicy:
         special = {
             _TS: F.lit(0) if substreams else F.col("wmobs_idle_ts_us"),
             _IDLE: F.lit(HEARTBEAT) if substreams else F.col("wmobs_idle_firings"),
-            _BUCKET: F.col("wmobs_idle_bucket"),
+            _KEY: F.col("wmobs_idle_bucket"),
         }
         return beats.select(
             *[
