@@ -472,7 +472,11 @@ def _synthetic_row(
             break
         first -= part.num_rows
     top, firings = synthetic
-    replaced = {columns.ts: pa.array([top], pa.int64()), columns.idle: pa.array([firings])}
+    replaced = {
+        columns.ts: pa.array([top], pa.int64()),
+        columns.verdict: pa.array([0], pa.int64()),  # whatever the heartbeat row was judged
+        columns.idle: pa.array([firings], pa.int64()),
+    }
     arrays = [replaced[n] if n in replaced else row.column(n) for n in columns.output]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

@@ -212,27 +212,19 @@ class TimePolicy:
         sink = None if dead_letter is None else DeadLetter.of(dead_letter)
         self._check_columns(df)
         columns = df.columns
-        staged = df.select(
-            *[F.col(f"`{c}`") for c in columns],
-            self._event_micros(df).alias(_TS),
-            self._arrival_micros(df).alias(_ARRIVAL),
-        )
         idle = "idle_timeout" in self._micros
         if idle and self.substream_by is None and checkpoint_location is None:
             raise ValueError(
                 "idle_timeout: without substream_by the idle timeout reads the query's "
                 "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
             )
-        staged = self._join_batch_times(staged, checkpoint_location)
-        staged = self._arrival_policies(staged, F.col(_BATCH_TIME) * F.lit(1000))
         if self.substream_by is None:
-            staged = self._global_out_of_order(staged)
+            staged = self._global_out_of_order(self._judge_arrival(df, checkpoint_location))
             if idle:
                 staged = staged.withColumn(_IDLE, F.lit(REAL).cast("long"))
                 staged = staged.unionByName(self._heartbeat(staged, checkpoint_location))
         else:
-            staged = staged.drop(_WATERMARK, _BATCH_TIME)
-            staged = self._substream_out_of_order(staged, checkpoint_location)
+            staged = self._substream_out_of_order(df, checkpoint_location)
         observed = staged.observe(self.observation_name, *self._counts(sink is not None, idle))
         if sink is None:
             kept = observed.filter((F.col(_VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
@@ -315,6 +307,19 @@ class TimePolicy:
             return F.lit(None).cast("long")
         return F.unix_micros(F.col(f"`{self.arrival_time}`").cast("timestamp"))
 
+    def _judge_arrival(self, df: DataFrame, checkpoint: str | None) -> DataFrame:
+        """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
+        by the arrival policies."""
+        from pyspark.sql import functions as F
+
+        staged = df.select(
+            *[F.col(f"`{c}`") for c in df.columns],
+            self._event_micros(df).alias(_TS),
+            self._arrival_micros(df).alias(_ARRIVAL),
+        )
+        staged = self._join_batch_times(staged, checkpoint)
+        return self._arrival_policies(staged, F.col(_BATCH_TIME) * F.lit(1000))
+
     def _arrival_policies(self, df: DataFrame, batch_time: Column) -> DataFrame:
         """Invalid time, early and late arrival: stateless Column expressions (JVM only).
         ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
@@ -372,9 +377,9 @@ class TimePolicy:
         return _replace(df, replaced).drop(_WATERMARK, _BATCH_TIME)
 
     def _substream_out_of_order(self, df: DataFrame, checkpoint: str | None) -> DataFrame:
-        """Per key, in arrival order: rows partitioned by key bucket, judged by one
-        ``mapInArrow`` task per partition that keeps its keys' state in the checkpoint
-        (:mod:`wmobs._substreams`)."""
+        """The arrival policies, then out of order per key, in arrival order: rows partitioned
+        by key bucket, judged by one ``mapInArrow`` task per partition that keeps its keys'
+        state in the checkpoint (:mod:`wmobs._substreams`)."""
         from pyspark.sql import functions as F
 
         from wmobs._substreams import BUCKETS, Columns, SubstreamConfig, make_stage, state_directory
@@ -395,7 +400,11 @@ class TimePolicy:
         if idle_us is not None:
             keyed = keyed.withColumn(_IDLE, F.lit(REAL).cast("long"))
             keyed = keyed.unionByName(self._heartbeat(keyed, None))
-        output = [c for c in keyed.columns if c not in (_KEY, _ARRIVAL)]
+        # Partitioned by key bucket before the times and verdicts are computed, so that only
+        # the input columns and the key go through the shuffle.
+        partitioned = keyed.repartition(F.pmod(F.col(_KEY), F.lit(BUCKETS)))
+        staged = self._judge_arrival(partitioned, checkpoint).drop(_WATERMARK, _BATCH_TIME)
+        output = [c for c in staged.columns if c not in (_KEY, _ARRIVAL)]
         stage = make_stage(
             config,
             Columns(
@@ -409,9 +418,7 @@ class TimePolicy:
             checkpoint=checkpoint or "",
             directory=state_directory(self.name or self._default_name),
         )
-        # Partitioned by bucket, computed, not carried: one column less through the shuffle.
-        partitioned = keyed.repartition(F.pmod(F.col(_KEY), F.lit(BUCKETS)))
-        return partitioned.mapInArrow(stage, keyed.select(*output).schema)
+        return staged.mapInArrow(stage, staged.select(*output).schema)
 
     def _heartbeat(self, like: DataFrame, checkpoint: str | None) -> DataFrame:
         """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
