@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from wmobs._durations import to_micros
-from wmobs._substreams import judge_bucket, judge_key_reference
+from wmobs._idle import advance_idle_keys
+from wmobs._substreams import KeyState, advance_idle, judge_bucket, judge_key_reference
 
 from ._streaming import SubstreamStage
 
@@ -76,15 +77,16 @@ def test_bucket_judge_matches_per_key_definition(seed: int) -> None:
     n = rnd.randint(0, 60)
     tolerance = rnd.choice([0, 3, 20])
     drop = rnd.random() < 0.5
-    key_pool = [rnd.randint(-(2**62), 2**62) for _ in range(rnd.randint(1, 6))]
-    state = {
-        k: rnd.randint(1_800_000_000_000_000, 1_800_000_000_000_200)
-        for k in key_pool
-        if rnd.random() < 0.4
-    }
+    # Close timestamps (many ties and tolerances that matter), or years 1..9999 in µs over many
+    # keys: a running maximum must not overflow on the widest range Spark's timestamps have.
+    low, span, pool = rnd.choice(
+        [(1_800_000_000_000_000, 200, 6), (-62_135_596_800_000_000, 2**58, 50)]
+    )
+    key_pool = [rnd.randint(-(2**62), 2**62) for _ in range(rnd.randint(1, pool))]
+    state = {k: low + rnd.randint(0, span) for k in key_pool if rnd.random() < 0.4}
     keys = [rnd.choice(key_pool) for _ in range(n)]
     arrival = [rnd.randint(0, 30) for _ in range(n)]  # ties: input order decides
-    ts = [1_800_000_000_000_000 + rnd.randint(0, 200) for _ in range(n)]
+    ts = [low + rnd.randint(0, span) for _ in range(n)]
     cand = [rnd.random() < 0.85 for _ in range(n)]
 
     got = judge_bucket(
@@ -152,3 +154,47 @@ def test_the_state_is_versioned_by_micro_batch(tmp_path: Path) -> None:
     assert [row["ts"] for row in stage.feed([(1, 800)])] == [900]  # batch 2 sees batch 1's 900
     stage.feed([(1, 1000)])
     assert sorted(p.name for p in (tmp_path / "state" / "1").iterdir()) == ["2.arrow", "3.arrow"]
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_vectorised_idle_clocks_match_the_definition(seed: int) -> None:
+    """:func:`advance_idle` (arrays, the stage's) against ``advance_idle_keys`` (the rule)."""
+    rnd = random.Random(seed)
+    keys = sorted(rnd.sample(range(-1000, 1000), rnd.randint(1, 12)))
+    maxima = {k: rnd.randint(0, 10**12) for k in keys}
+    seen = {k: rnd.randint(0, 10_000) for k in keys}
+    advanced = {k: seen[k] + rnd.randint(0, 5_000) for k in keys if rnd.random() < 0.4}
+    state = KeyState(
+        np.array(keys, dtype=np.int64),
+        np.array([maxima[k] for k in keys], dtype=np.int64),
+        np.array([seen[k] for k in keys], dtype=np.int64),
+        np.array([advanced.get(k, -1) for k in keys], dtype=np.int64),
+    )
+    for _ in range(3):
+        now = rnd.randint(0, 20_000)
+        timeout = rnd.choice([1, 1000, 4000])
+        top, firings = advance_idle_keys(maxima, seen, advanced, now_ms=now, timeout_ms=timeout)
+        got = advance_idle(state, now_ms=now, timeout_ms=timeout)
+        assert got == (None if top is None else (top, firings))
+        assert state.max_us.tolist() == [maxima[k] for k in keys]
+        assert state.advanced_ms.tolist() == [advanced.get(k, -1) for k in keys]
+
+
+def test_many_keys_over_the_widest_timestamps() -> None:
+    """Years 1 and 9999 in µs on 40 keys: a running maximum computed on raw values shifted
+    per key would overflow 64 bits here."""
+    year1, year9999 = -62_135_596_800_000_000, 253_402_300_799_000_000
+    keys = [k for k in range(40) for _ in range(2)]
+    ts = [year9999 if i % 2 == 0 else year1 for i in range(80)]
+    got = judge_bucket(
+        {},
+        np.array(keys, dtype=np.int64),
+        np.arange(80, dtype=np.int64),
+        np.array(ts, dtype=np.int64),
+        np.ones(80, dtype=bool),
+        tolerance_us=0,
+        drop=False,
+    )
+    assert got.system_us.tolist() == [year9999] * 80  # every second event is adjusted up
+    assert got.out_of_order.tolist() == [False, True] * 40
+    assert got.new_max == dict.fromkeys(range(40), year9999)

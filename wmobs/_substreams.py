@@ -62,14 +62,49 @@ def judge_bucket(
     key's own watermark, each key starting from ``state[key]``. ``candidate`` marks rows still
     in play (not dropped by an earlier policy); others pass through and do not move the
     watermark. With ``drop`` out-of-order rows keep their timestamps (the caller drops them);
-    otherwise they are adjusted up to the watermark.
-
-    One NumPy pass: sort by (key, arrival), a running maximum that restarts at every key, then
-    back to input order. Results are returned in the input order.
+    otherwise they are adjusted up to the watermark. Results are in the input order.
     """
+
+    def initial(unique_keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        return np.array([state.get(int(k), _NONE) for k in unique_keys.tolist()], dtype=np.int64)
+
+    judged = _judge(
+        keys, arrival_us, ts_us, candidate, initial, tolerance_us=tolerance_us, drop=drop
+    )
+    new_max = dict(state)
+    for key, value in zip(judged.keys.tolist(), judged.last.tolist(), strict=True):
+        if value != _NONE:
+            new_max[key] = value
+    return BucketVerdicts(judged.system_us, judged.out_of_order, new_max)
+
+
+@dataclass
+class _Judged:
+    system_us: npt.NDArray[np.int64]
+    out_of_order: npt.NDArray[np.bool_]
+    keys: npt.NDArray[np.int64]
+    """The keys of the rows, sorted, each once."""
+    last: npt.NDArray[np.int64]
+    """Per key: the largest system timestamp after the rows (state included; ``_NONE``: none)."""
+
+
+def _judge(
+    keys: npt.NDArray[np.int64],
+    arrival_us: npt.NDArray[np.int64],
+    ts_us: npt.NDArray[np.int64],
+    candidate: npt.NDArray[np.bool_],
+    initial: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]],
+    *,
+    tolerance_us: int,
+    drop: bool,
+) -> _Judged:
+    """The NumPy core of :func:`judge_bucket`: sort by (key, arrival, input position), a
+    running maximum that restarts at every key, back to input order. ``initial`` gives each
+    key's maximum before the rows."""
     n = len(keys)
     if n == 0:
-        return BucketVerdicts(ts_us.astype(np.int64), np.zeros(0, bool), dict(state))
+        empty = np.zeros(0, dtype=np.int64)
+        return _Judged(ts_us.astype(np.int64), np.zeros(0, bool), empty, empty)
     order = np.lexsort((np.arange(n), arrival_us, keys))
     k, ts, cand = keys[order], ts_us[order], candidate[order]
     first = np.ones(n, dtype=bool)
@@ -77,34 +112,30 @@ def judge_bucket(
     group = np.cumsum(first) - 1
     starts = np.flatnonzero(first)
     unique_keys = k[starts]
-    initial = np.array([state.get(int(key), _NONE) for key in unique_keys], dtype=np.int64)
-    masked = np.where(cand, ts, _NONE)
-    # Running maximum restarting at each key: shift every key's values into its own band.
-    known = masked[masked != _NONE]
-    low = int(known.min()) if known.size else 0
-    band = int(known.max()) - low + 2 if known.size else 1
-    shifted = np.where(masked == _NONE, 0, masked - low + 1) + group * band
-    inclusive = np.maximum.accumulate(shifted) - group * band  # 0 = nothing yet in this key
-    before_rel = np.empty(n, dtype=np.int64)
-    before_rel[0] = 0
-    before_rel[1:] = inclusive[:-1]
-    before_rel[first] = 0
-    before = np.where(before_rel > 0, before_rel - 1 + low, _NONE)
-    before = np.maximum(before, initial[group])
+    start = initial(unique_keys)
+    # Running maximum restarting at each key, on ranks (0 = nothing yet): each key's ranks are
+    # shifted into a band of their own, small enough never to overflow.
+    values, rank = np.unique(ts[cand], return_inverse=True)
+    ranks = np.zeros(n, dtype=np.int64)
+    ranks[cand] = rank.reshape(-1) + 1
+    band = np.int64(len(values) + 1)
+    inclusive = np.maximum.accumulate(ranks + group * band) - group * band
+    before_rank = np.empty(n, dtype=np.int64)
+    before_rank[0] = 0
+    before_rank[1:] = inclusive[:-1]
+    before_rank[first] = 0
+    lookup = np.concatenate(([_NONE], values.astype(np.int64)))
+    before = np.maximum(lookup[before_rank], start[group])
     has_mark = before != _NONE
     watermark = np.where(has_mark, before - tolerance_us, _NONE)
     ooo = cand & has_mark & (ts < watermark)
     system = ts if drop else np.where(ooo, watermark, ts)
-    last = np.maximum(np.maximum.reduceat(masked, starts), initial)
-    new_max = dict(state)
-    for key, value in zip(unique_keys.tolist(), last.tolist(), strict=True):
-        if value != _NONE:
-            new_max[key] = value
+    last = np.maximum(lookup[np.maximum.reduceat(ranks, starts)], start)
     out_system = np.empty(n, dtype=np.int64)
     out_ooo = np.empty(n, dtype=bool)
     out_system[order] = system
     out_ooo[order] = ooo
-    return BucketVerdicts(out_system, out_ooo, new_max)
+    return _Judged(out_system, out_ooo, unique_keys, last)
 
 
 def judge_key_reference(
@@ -141,33 +172,47 @@ def state_directory(policy_name: str) -> str:
     return f"wmobs/substreams/{policy_name}/{BUCKETS}"
 
 
+def _empty() -> npt.NDArray[np.int64]:
+    return np.zeros(0, dtype=np.int64)
+
+
 @dataclass
 class KeyState:
-    """What the operator remembers per key (64-bit hash of the substream columns)."""
+    """What the operator remembers per key (64-bit hash of the substream columns), as arrays
+    sorted by key."""
 
-    maxima: dict[int, int] = field(default_factory=dict)
-    """Largest system timestamp (µs)."""
-    seen_ms: dict[int, int] = field(default_factory=dict)
-    """When the key last had input (processing time, ms): for the TTL and the idle timeout."""
-    advanced_ms: dict[int, int] = field(default_factory=dict)
-    """Up to when the key's idle clock has run (absent: not idle since its last input)."""
+    keys: npt.NDArray[np.int64] = field(default_factory=_empty)
+    max_us: npt.NDArray[np.int64] = field(default_factory=_empty)
+    """Largest system timestamp."""
+    seen_ms: npt.NDArray[np.int64] = field(default_factory=_empty)
+    """When the key last had input (processing time): for the TTL and the idle timeout."""
+    advanced_ms: npt.NDArray[np.int64] = field(default_factory=_empty)
+    """Up to when the key's idle clock has run; -1: not idle since its last input."""
 
-    def update(self, other: KeyState) -> None:
-        self.maxima.update(other.maxima)
-        self.seen_ms.update(other.seen_ms)
-        self.advanced_ms.update(other.advanced_ms)
+    def _arrays(self) -> tuple[npt.NDArray[np.int64], ...]:
+        return (self.keys, self.max_us, self.seen_ms, self.advanced_ms)
+
+    def _take(self, index: Any) -> KeyState:
+        return KeyState(*(a[index] for a in self._arrays()))
+
+    @staticmethod
+    def concat(parts: Iterable[KeyState]) -> KeyState:
+        """The states of disjoint key sets (different buckets) as one."""
+        parts = list(parts)
+        if not parts:
+            return KeyState()
+        columns = zip(*(p._arrays() for p in parts), strict=True)
+        joined = KeyState(*(np.concatenate(column) for column in columns))
+        return joined._take(np.argsort(joined.keys, kind="stable"))
 
     def split(self, buckets: Iterable[int]) -> dict[int, KeyState]:
         """The state of each of ``buckets`` (a key's bucket is ``key mod BUCKETS``, as Spark's
         ``pmod``); a bucket with no key left gets an empty state."""
-        parts = {bucket: KeyState() for bucket in buckets}
-        for key, value in self.maxima.items():
-            part = parts[key % BUCKETS]
-            part.maxima[key] = value
-            part.seen_ms[key] = self.seen_ms[key]
-            if key in self.advanced_ms:
-                part.advanced_ms[key] = self.advanced_ms[key]
-        return parts
+        of = np.mod(self.keys, BUCKETS)
+        return {b: self._take(of == b) for b in buckets}
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 @dataclass(frozen=True)
@@ -200,50 +245,76 @@ def judge_partition(
     heartbeat: bool,
     now_ms: int,
     config: SubstreamConfig,
-) -> PartitionVerdicts:
-    """One micro-batch of real rows (any keys) against ``state``, which is updated in place:
-    keys not seen for the TTL forgotten, out-of-order verdicts (:func:`judge_bucket`),
-    last-seen times and, on a ``heartbeat``, the idle clocks moved
-    (:func:`wmobs._idle.advance_idle_keys`)."""
-    from wmobs._idle import advance_idle_keys
-
+) -> tuple[PartitionVerdicts, KeyState]:
+    """One micro-batch of real rows (any keys) against ``state``: keys not seen for the TTL
+    forgotten, out-of-order verdicts (as :func:`judge_bucket`), last-seen times and, on a
+    ``heartbeat``, the idle clocks moved (:func:`advance_idle`). Returns the new state."""
     if config.ttl_ms is not None:  # forgotten first: a key back after the TTL starts afresh
-        horizon = now_ms - config.ttl_ms
-        for key in [k for k, seen in state.seen_ms.items() if seen < horizon]:
-            state.maxima.pop(key, None)
-            state.seen_ms.pop(key, None)
-            state.advanced_ms.pop(key, None)
-    judged = judge_bucket(
-        state.maxima,
+        state = state._take(state.seen_ms >= now_ms - config.ttl_ms)
+
+    def initial(unique_keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        found, at = _find(state.keys, unique_keys)
+        start = np.full(len(unique_keys), _NONE, dtype=np.int64)
+        start[found] = state.max_us[at[found]]
+        return start
+
+    judged = _judge(
         keys,
         arrival_us,
         ts_us,
         (verdicts & config.candidate_bits) == 0,
+        initial,
         tolerance_us=config.tolerance_us,
         drop=config.drop,
     )
-    state.maxima = judged.new_max
-    for touched in np.unique(keys).tolist():
-        state.seen_ms[touched] = now_ms
-        state.advanced_ms.pop(touched, None)
-    for key in [k for k in state.seen_ms if k not in state.maxima]:
-        del state.seen_ms[key]  # every row of a new key was dropped: nothing to remember
+    found, at = _find(state.keys, judged.keys)
+    # Keys with state: new maximum, seen now, no longer idle. New keys: kept if a row counted
+    # (every row of a new key may have been dropped: then there is nothing to remember).
+    state.max_us[at[found]] = judged.last[found]
+    state.seen_ms[at[found]] = now_ms
+    state.advanced_ms[at[found]] = -1
+    new = ~found & (judged.last != _NONE)
+    if new.any():
+        count = int(new.sum())
+        added = KeyState(
+            judged.keys[new],
+            judged.last[new],
+            np.full(count, now_ms, dtype=np.int64),
+            np.full(count, -1, dtype=np.int64),
+        )
+        state = KeyState.concat([state, added])
     synthetic = None
     if heartbeat and config.idle_timeout_ms is not None:
-        top, firings = advance_idle_keys(
-            state.maxima,
-            state.seen_ms,
-            state.advanced_ms,
-            now_ms=now_ms,
-            timeout_ms=config.idle_timeout_ms,
-        )
-        if top is not None:  # every firing moves a clock, so firings imply a top
-            synthetic = (top, firings)
-    return PartitionVerdicts(
-        judged.system_us,
-        np.where(judged.out_of_order, verdicts | config.ooo_bit, verdicts),
-        synthetic,
-    )
+        synthetic = advance_idle(state, now_ms=now_ms, timeout_ms=config.idle_timeout_ms)
+    verdicts = np.where(judged.out_of_order, verdicts | config.ooo_bit, verdicts)
+    return PartitionVerdicts(judged.system_us, verdicts, synthetic), state
+
+
+def _find(
+    sorted_keys: npt.NDArray[np.int64], wanted: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.intp]]:
+    """Which of ``wanted`` are in ``sorted_keys``, and where (an index only where found)."""
+    at = np.searchsorted(sorted_keys, wanted)
+    found = at < len(sorted_keys)
+    found[found] = sorted_keys[at[found]] == wanted[found]
+    return found, np.where(found, at, 0)
+
+
+def advance_idle(state: KeyState, *, now_ms: int, timeout_ms: int) -> tuple[int, int] | None:
+    """:func:`wmobs._idle.advance_idle_keys` on arrays, in place: every key idle for
+    ``timeout_ms`` has its clock moved on. ``(largest moved timestamp µs, firings)``, or
+    ``None`` when no clock moved."""
+    idle_since = state.seen_ms + timeout_ms
+    idle = now_ms >= idle_since
+    if not idle.any():
+        return None
+    previous = state.advanced_ms
+    begin = np.where(previous < 0, idle_since, np.maximum(previous, idle_since))
+    moved = state.max_us + np.maximum(now_ms - begin, 0) * 1000
+    firings = int((idle & (previous < 0)).sum())
+    state.max_us = np.where(idle, moved, state.max_us)
+    state.advanced_ms = np.where(idle, now_ms, previous)
+    return int(state.max_us[idle].max()), firings
 
 
 _STATE_SCHEMA = ("key", "max_us", "seen_ms", "advanced_ms")
@@ -263,7 +334,8 @@ class StateStore:
         from wmobs._fs import filesystem_for
 
         self.fs, self.root = filesystem_for(root)
-        self._read_from: dict[int, int | None] = {}
+        self._listed: dict[int, bool] = {}
+        """Per bucket loaded: whether its folder had versions (and so exists)."""
 
     def _versions(self, bucket: int) -> list[int]:
         from pyarrow import fs
@@ -276,21 +348,16 @@ class StateStore:
         """The bucket's state as the newest batch before ``batch_id`` left it."""
         import pyarrow as pa
 
-        versions = [v for v in self._versions(bucket) if v < batch_id]
-        self._read_from[bucket] = versions[-1] if versions else None
+        listed = self._versions(bucket)
+        self._listed[bucket] = bool(listed)
+        versions = [v for v in listed if v < batch_id]
         for old in versions[:-1]:  # left over from an earlier run that stopped in between
             self._delete(bucket, old)
         if not versions:
             return KeyState()
         with self.fs.open_input_stream(f"{self.root}/{bucket}/{versions[-1]}.arrow") as stream:
             table = pa.ipc.open_stream(stream).read_all()
-        key, max_us, seen, advanced = (table.column(c).to_numpy() for c in _STATE_SCHEMA)
-        keys = key.tolist()
-        return KeyState(
-            dict(zip(keys, max_us.tolist(), strict=True)),
-            dict(zip(keys, seen.tolist(), strict=True)),
-            {k: a for k, a in zip(keys, advanced.tolist(), strict=True) if a >= 0},
-        )
+        return KeyState(*(table.column(c).to_numpy() for c in _STATE_SCHEMA))
 
     def save(self, bucket: int, batch_id: int, state: KeyState) -> None:
         """Write the bucket's state after ``batch_id`` (the version it was loaded from stays,
@@ -299,17 +366,10 @@ class StateStore:
 
         import pyarrow as pa
 
-        keys = list(state.maxima)
-        table = pa.table(
-            {
-                "key": pa.array(keys, pa.int64()),
-                "max_us": pa.array([state.maxima[k] for k in keys], pa.int64()),
-                "seen_ms": pa.array([state.seen_ms[k] for k in keys], pa.int64()),
-                "advanced_ms": pa.array([state.advanced_ms.get(k, -1) for k in keys], pa.int64()),
-            }
-        )
+        table = pa.table(dict(zip(_STATE_SCHEMA, state._arrays(), strict=True)))
         folder = f"{self.root}/{bucket}"
-        self.fs.create_dir(folder, recursive=True)
+        if not self._listed.get(bucket):
+            self.fs.create_dir(folder, recursive=True)
         temp = f"{folder}/.{batch_id}.{uuid.uuid4().hex}.tmp"
         with (
             self.fs.open_output_stream(temp) as stream,
@@ -328,7 +388,7 @@ class StateStore:
                 bucket = int(info.base_name)
                 versions = self._versions(bucket)
                 if versions:
-                    total += len(self.load(bucket, versions[-1] + 1).maxima)
+                    total += len(self.load(bucket, versions[-1] + 1))
         return total
 
     def _delete(self, bucket: int, batch_id: int) -> None:
@@ -415,9 +475,8 @@ def make_stage(
         if batch is not None:
             root = checkpoint if batch_id is not None else _task_checkpoint(checkpoint)
             store = StateStore(f"{root.rstrip('/')}/{directory}")
-            for bucket in buckets:
-                state.update(store.load(bucket, batch))
-        judged = judge_partition(
+            state = KeyState.concat(store.load(bucket, batch) for bucket in buckets)
+        judged, state = judge_partition(
             state,
             keys[real],
             arrival[real],
