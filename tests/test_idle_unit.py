@@ -16,6 +16,7 @@ from wmobs._idle import (
     advance_idle_keys,
     default_check_interval_ms,
     global_synthetic,
+    idle_jump_ms,
     next_tick,
 )
 from wmobs.testing import MetricsRecorder, progress_json
@@ -41,6 +42,13 @@ def test_ticks_wait_for_idleness_and_the_interval() -> None:
     assert default_check_interval_ms(3600 * S) == 5 * S
 
 
+def synthetic(
+    start: dict[str, int], end: dict[str, int], watermark: int | None, delay: int
+) -> tuple[int, int] | None:
+    """The global synthetic row, with a 1-second timeout."""
+    return global_synthetic(start, end, watermark_ms=watermark, delay_ms=delay, timeout_ms=S)
+
+
 def test_global_clock_runs_on_with_processing_time_from_idleness() -> None:
     """Last input at 100 s, timeout 1 s: ticks at 101.5, 102, 103 move the largest system
     timestamp (watermark + delay) by the processing time since idleness began; one firing."""
@@ -50,26 +58,34 @@ def test_global_clock_runs_on_with_processing_time_from_idleness() -> None:
     t2 = {TICK: 102 * S, "idle_since": idle_since}
     t3 = {TICK: 103 * S, "idle_since": idle_since}
     watermark, delay = 99_000, 2 * S  # largest system timestamp so far: 101 s
-    assert global_synthetic(t0, t1, watermark_ms=watermark, delay_ms=delay) == (101_500_000, 1)
+    assert synthetic(t0, t1, watermark, delay) == (101_500_000, 1)
     # Next batch: the synthetic row raised the watermark by 0.5 s; the clock goes on.
-    assert global_synthetic(t1, t2, watermark_ms=99_500, delay_ms=delay) == (102_000_000, 0)
-    assert global_synthetic(t2, t3, watermark_ms=100_000, delay_ms=delay) == (103_000_000, 0)
+    assert synthetic(t1, t2, 99_500, delay) == (102_000_000, 0)
+    assert synthetic(t2, t3, 100_000, delay) == (103_000_000, 0)
     # Without a watermark there is nothing to move; without a tick, nothing to do.
-    assert global_synthetic(t0, t1, watermark_ms=None, delay_ms=delay) is None
-    assert global_synthetic(t1, t1 | {"idle_since": idle_since}, watermark_ms=1, delay_ms=0) is None
-    assert global_synthetic(t0, {TICK: 7}, watermark_ms=1, delay_ms=0) is None
+    assert synthetic(t0, t1, None, delay) is None
+    assert synthetic(t1, t1 | {"idle_since": idle_since}, 1, 0) is None
+    assert synthetic(t0, {TICK: 7}, 1, 0) is None
 
 
-def test_a_firing_is_counted_even_when_the_first_tick_moves_nothing() -> None:
+def test_the_first_tick_moves_the_clock_by_the_lag_up_to_the_timeout() -> None:
+    """Last input at 100 s, timeout 1 s, first tick right at 101 s: a stream 0.4 s behind
+    processing time moves to 100 s (then runs at now - 1 s: Atlas' rule); one 95 s behind
+    moves by the timeout only (then runs at now - 95 s: it keeps its lag); one ahead of
+    processing time does not move yet. Each is one firing."""
     tick = {TICK: 101 * S, "idle_since": 101 * S}
-    assert global_synthetic({TICK: 0}, tick, watermark_ms=5 * S, delay_ms=0) == (5_000_000, 1)
+    start = {TICK: 0}
+    assert synthetic(start, tick, 99_600, 0) == (100_000_000, 1)
+    assert synthetic(start, tick, 5 * S, 0) == (6_000_000, 1)
+    assert synthetic(start, tick, 101 * S, 0) == (101_000_000, 1)
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_key_clocks_advance_by_the_idle_time(seed: int) -> None:
     """Random arrivals and ticks for several keys: a key's clock equals its largest system
-    timestamp plus the processing time it has been idle beyond the timeout at the last tick;
-    every idle period that moved it is one firing; a busy key never moves."""
+    timestamp plus its lag at its last input (at most the timeout) plus the processing time it
+    has been idle beyond the timeout at the last tick; every idle period that moved it is one
+    firing; a busy key never moves."""
     rng = random.Random(seed)
     timeout = 1000
     maxima: dict[int, int] = {}
@@ -105,7 +121,8 @@ def test_key_clocks_advance_by_the_idle_time(seed: int) -> None:
                     assert key not in advanced  # busy: untouched
                     assert maxima[key] == real_max[key]
                 else:
-                    assert maxima[key] == real_max[key] + idle * 1000
+                    jump = idle_jump_ms(last, real_max[key] // 1000, timeout)
+                    assert maxima[key] == real_max[key] + (idle + jump) * 1000
     for key in seen:
         assert firings_by_key[key] == idle_periods[key] + (1 if key in advanced else 0)
 

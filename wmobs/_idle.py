@@ -8,18 +8,22 @@ heartbeat makes Spark run a micro-batch and carries one *synthetic* row whose sy
 moves the watermark on; a filter right after ``withWatermark`` removes it before any operator
 of yours sees it.
 
-The rule, one stream (or key) at a time. Let ``a`` be the processing time of its last input
-and ``M`` the largest system timestamp it has had. From ``a + idle_timeout`` on, its clock
-runs on with processing time::
+The rule, one stream (or key) at a time. Let ``a`` be the processing time of its last input,
+``M`` the largest system timestamp it has had, and ``lag = a - M`` how far its event time
+trailed processing time then. From ``a + idle_timeout`` on, its clock runs on with processing
+time::
 
-    clock(now) = M + (now - (a + idle_timeout))          while no new input arrives
+    clock(now) = now - max(idle_timeout, lag)          while no new input arrives
 
-so its watermark ``clock - out_of_order`` passes the end ``E`` of an open window once
-processing time passes ``E + idle_timeout + out_of_order`` for a stream whose event times
-track processing time (the Atlas Stream Processing rule, plus Spark's own tolerance). A stream
-whose event time lags processing time keeps its lag: the clock moves by the idle time, it does
-not jump to the wall clock, so a stream that resumes after a pause is not judged out of order.
-Each idle period that moves a clock is one **firing**, counted once however long it lasts.
+(never below ``M``; a stream whose event time led processing time keeps that lead). So for a
+stream whose event time tracks processing time (``lag <= idle_timeout``) the watermark
+``clock - out_of_order`` passes the end ``E`` of an open window once processing time passes
+``E + idle_timeout + out_of_order``: Atlas Stream Processing's rule, plus Spark's own
+tolerance. A stream that lags by more than the timeout keeps its lag: the clock runs at
+``now - lag``, where the stream's own events would have taken it, so a stream that resumes
+after a pause is not judged out of order. In steps: at ``a + idle_timeout`` the clock moves
+from ``M`` by ``min(max(lag, 0), idle_timeout)``, then one for one with processing time. Each
+idle period that moves a clock is one **firing**, counted once however long it lasts.
 
 The global heartbeat learns ``a`` from the query's offsets log (a batch had input when any
 source other than the heartbeat moved its offset); substreams keep ``a`` per key in their
@@ -41,6 +45,7 @@ __all__ = [
     "advance_idle_keys",
     "default_check_interval_ms",
     "global_synthetic",
+    "idle_jump_ms",
     "next_tick",
 ]
 
@@ -81,29 +86,40 @@ def next_tick(
     return {TICK: now_ms, IDLE_SINCE: idle_since_ms}
 
 
+def idle_jump_ms(last_input_ms: int, largest_ms: int, timeout_ms: int) -> int:
+    """How far a clock moves when its idle period starts: the stream's lag behind processing
+    time at its last input, at most the timeout (see the module rule)."""
+    return min(max(last_input_ms - largest_ms, 0), timeout_ms)
+
+
 def global_synthetic(
     start: dict[str, Any],
     end: dict[str, Any],
     *,
     watermark_ms: int | None,
     delay_ms: int,
+    timeout_ms: int,
 ) -> tuple[int, int] | None:
     """``(system timestamp µs, firings)`` of the synthetic row for the tick ``start -> end``.
 
     ``watermark_ms`` is the micro-batch's watermark, so ``watermark_ms + delay_ms`` is the
-    largest system timestamp so far (synthetic ones included): each tick moves it on by the
-    processing time elapsed since the later of the previous tick and the start of idleness.
-    ``None``: nothing to move (no watermark yet, or no tick in this range).
+    largest system timestamp so far (synthetic ones included): the first tick of an idle period
+    moves it by :func:`idle_jump_ms`, and each tick moves it on by the processing time elapsed
+    since the later of the previous tick and the start of idleness. ``None``: nothing to move
+    (no watermark yet, or no tick in this range).
     """
     if watermark_ms is None or TICK not in end or IDLE_SINCE not in end:
         return None
     idle_since = int(end[IDLE_SINCE])
     previous = int(start.get(TICK, 0))
     first = previous < idle_since
+    largest = watermark_ms + delay_ms
     advance = int(end[TICK]) - max(idle_since, previous)
-    if advance <= 0 and not first:
+    if first:
+        advance = max(advance, 0) + idle_jump_ms(idle_since - timeout_ms, largest, timeout_ms)
+    elif advance <= 0:
         return None
-    return (watermark_ms + delay_ms + max(advance, 0)) * 1000, int(first)
+    return (largest + advance) * 1000, int(first)
 
 
 def advance_idle_keys(
@@ -132,6 +148,7 @@ def advance_idle_keys(
         previous = advanced_ms.get(key)
         if previous is None:
             firings += 1
+            current += idle_jump_ms(seen, current // 1000, timeout_ms) * 1000
         begin = idle_since if previous is None else max(previous, idle_since)
         current += max(now_ms - begin, 0) * 1000
         maxima[key] = current

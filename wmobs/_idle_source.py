@@ -95,7 +95,11 @@ class _Reader(DataSourceStreamReader):
         if found is None:
             return
         synthetic = global_synthetic(
-            start, end, watermark_ms=found.watermark_ms, delay_ms=self.delay_ms
+            start,
+            end,
+            watermark_ms=found.watermark_ms,
+            delay_ms=self.delay_ms,
+            timeout_ms=self.timeout_ms,
         )
         if synthetic is not None:
             yield (None, synthetic[0], synthetic[1])

@@ -309,9 +309,12 @@ def advance_idle(state: KeyState, *, now_ms: int, timeout_ms: int) -> tuple[int,
     if not idle.any():
         return None
     previous = state.advanced_ms
-    begin = np.where(previous < 0, idle_since, np.maximum(previous, idle_since))
-    moved = state.max_us + np.maximum(now_ms - begin, 0) * 1000
-    firings = int((idle & (previous < 0)).sum())
+    starting = previous < 0
+    lag_ms = state.seen_ms - np.floor_divide(state.max_us, 1000)
+    jump_ms = np.where(starting, np.clip(lag_ms, 0, timeout_ms), 0)  # idle_jump_ms
+    begin = np.where(starting, idle_since, np.maximum(previous, idle_since))
+    moved = state.max_us + (np.maximum(now_ms - begin, 0) + jump_ms) * 1000
+    firings = int((idle & starting).sum())
     state.max_us = np.where(idle, moved, state.max_us)
     state.advanced_ms = np.where(idle, now_ms, previous)
     return int(state.max_us[idle].max()), firings
