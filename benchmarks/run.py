@@ -11,7 +11,7 @@
    structlog filtering at INFO as a production application would.
 3. ``policy``: the same aggregation (append mode, ``processAllAvailable``) alone and behind a
    ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
-   10,000 keys (RocksDB state store). Throughput is that of the running query (first
+   10,000 keys (Spark's default state store). Throughput is that of the running query (first
    micro-batch's start to last one's end); query start-up is reported apart.
 4. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
    idle timeout (``--trigger`` sets the trigger interval).

@@ -349,16 +349,17 @@ class StateStore:
 
     def load(self, bucket: int, batch_id: int) -> KeyState:
         """The bucket's state as the newest batch before ``batch_id`` left it."""
-        import pyarrow as pa
-
         listed = self._versions(bucket)
         self._listed[bucket] = bool(listed)
         versions = [v for v in listed if v < batch_id]
         for old in versions[:-1]:  # left over from an earlier run that stopped in between
             self._delete(bucket, old)
-        if not versions:
-            return KeyState()
-        with self.fs.open_input_stream(f"{self.root}/{bucket}/{versions[-1]}.arrow") as stream:
+        return self._read(bucket, versions[-1]) if versions else KeyState()
+
+    def _read(self, bucket: int, version: int) -> KeyState:
+        import pyarrow as pa
+
+        with self.fs.open_input_stream(f"{self.root}/{bucket}/{version}.arrow") as stream:
             table = pa.ipc.open_stream(stream).read_all()
         return KeyState(*(table.column(c).to_numpy() for c in _STATE_SCHEMA))
 
@@ -382,7 +383,7 @@ class StateStore:
         self.fs.move(temp, f"{folder}/{batch_id}.arrow")
 
     def stored_keys(self) -> int:
-        """How many keys the newest state files hold (for tests and diagnostics)."""
+        """How many keys the newest state files hold (read only; for tests and diagnostics)."""
         from pyarrow import fs
 
         total = 0
@@ -391,7 +392,7 @@ class StateStore:
                 bucket = int(info.base_name)
                 versions = self._versions(bucket)
                 if versions:
-                    total += len(self.load(bucket, versions[-1] + 1))
+                    total += len(self._read(bucket, versions[-1]))
         return total
 
     def _delete(self, bucket: int, batch_id: int) -> None:
