@@ -349,3 +349,15 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy(idle_timeout="1 minute").apply(stream)
     with pytest.raises(ValueError, match="column 'wmobs_watermark_ms' has a name wmobs uses"):
         TimePolicy().apply(stream.withColumn("wmobs_watermark_ms", stream.id))
+
+
+def test_an_unnamed_substream_policy_warns_where_its_state_goes(spark: Any, tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    with capture_logs() as logs:
+        TimePolicy(substream_by=["deviceId"], name="devices").apply(stream)
+        policy = TimePolicy(substream_by=["deviceId"])
+        policy.apply(stream)
+    assert [entry["event"] for entry in logs] == ["wmobs.substream_policy_unnamed"]
+    assert logs[0]["state"].startswith("wmobs/substreams/EventTime_")

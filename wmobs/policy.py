@@ -395,6 +395,15 @@ class TimePolicy:
             candidate_bits=DROPPED_BITS,
             ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
         )
+        if self.name is None:
+            import structlog
+
+            structlog.get_logger("wmobs").warning(
+                "wmobs.substream_policy_unnamed",
+                state=state_directory(self._default_name),
+                hint="pass TimePolicy(name=...) so that the per-key state is found again "
+                "after a restart even if the code creates its policies in another order",
+            )
         keys = [F.col(f"`{c}`") for c in self.substream_by or ()]
         keyed = df.withColumn(_KEY, F.xxhash64(*keys))
         if idle_us is not None:
