@@ -341,6 +341,10 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy(event_time="id").apply(stream)
     with pytest.raises(ValueError, match="substream_by: column 'device' is not"):
         TimePolicy(substream_by=["device"]).apply(stream)
+    dotted = stream.withColumnRenamed("deviceId", "device.id")
+    with pytest.raises(ValueError, match=r"column 'device.id' has a '\.' in its name"):
+        TimePolicy(substream_by=["device.id"]).apply(dotted)
+    TimePolicy().apply(dotted)  # no mapInArrow: fine
     with pytest.raises(TypeError, match="streaming DataFrame"):
         TimePolicy().apply(spark.range(3))
     with pytest.raises(ValueError, match="dead_letter: format"):

@@ -211,6 +211,13 @@ class TimePolicy:
 
         sink = None if dead_letter is None else DeadLetter.of(dead_letter)
         self._check_columns(df)
+        dotted = [c for c in df.columns if "." in c]
+        if dotted and (self.substream_by is not None or sink is not None):
+            raise ValueError(
+                f"apply: column {dotted[0]!r} has a '.' in its name; substream_by and "
+                "dead_letter pass rows through PySpark's mapInArrow, which cannot resolve such "
+                "a column: rename it first (df.withColumnRenamed)"
+            )
         columns = df.columns
         idle = "idle_timeout" in self._micros
         if idle and self.substream_by is None and checkpoint_location is None:
@@ -427,7 +434,7 @@ class TimePolicy:
             checkpoint=checkpoint or "",
             directory=state_directory(self.name or self._default_name),
         )
-        return staged.mapInArrow(stage, staged.select(*output).schema)
+        return staged.mapInArrow(stage, staged.select(*[F.col(f"`{c}`") for c in output]).schema)
 
     def _heartbeat(self, like: DataFrame, checkpoint: str | None) -> DataFrame:
         """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
