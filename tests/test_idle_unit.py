@@ -209,6 +209,8 @@ def test_stage_moves_quiet_keys_and_leaves_busy_ones(tmp_path: Path) -> None:
     stage.now = 140.0
     assert stage.feed([], every) == []
     assert stage.store.stored_keys() == 0
+    # Heartbeats woke all 64 buckets; only the two that ever held keys have state files.
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1", "2"]
 
 
 @pytest.mark.parametrize(

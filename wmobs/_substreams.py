@@ -479,7 +479,8 @@ def make_stage(
         if batch is not None:
             root = checkpoint if batch_id is not None else _task_checkpoint(checkpoint)
             store = StateStore(f"{root.rstrip('/')}/{directory}")
-            state = KeyState.concat(store.load(bucket, batch) for bucket in buckets)
+            loaded = {bucket: store.load(bucket, batch) for bucket in buckets}
+            state = KeyState.concat(loaded.values())
         judged, state = judge_partition(
             state,
             keys[real],
@@ -492,7 +493,8 @@ def make_stage(
         )
         if store is not None and batch is not None:
             for bucket, part in state.split(buckets).items():
-                store.save(bucket, batch, part)
+                if len(part) or len(loaded[bucket]):  # nothing before or after: no file
+                    store.save(bucket, batch, part)
 
         system, verdict = ts.copy(), verdicts.copy()
         system[real], verdict[real] = judged.system_us, judged.verdicts
