@@ -8,9 +8,12 @@ key's candidate events before *i*: :func:`judge_bucket` computes a whole batch o
 once with NumPy, no per-row Python loop. :func:`judge_key_reference` is the event-at-a-time
 definition the tests compare it with.
 
-State: keys are hashed (64-bit xxhash of the substream columns) into ``BUCKETS`` groups; each
-bucket keeps one state value with its keys' largest system timestamps and last-seen times. A key
-not seen for ``substream_ttl`` is dropped from its bucket when the bucket next gets rows.
+The operator: keys are hashed (64-bit xxhash of the substream columns) into ``BUCKETS``
+buckets; Spark shuffles the rows by bucket, and :func:`make_stage` (``mapInArrow``) judges each
+partition's rows at once (:func:`judge_partition`). Each bucket's state (per key: largest
+system timestamp, last seen, idle clock) is one Arrow file per micro-batch in the query's
+checkpoint (:class:`StateStore`). A key not seen for ``substream_ttl`` is forgotten when its
+bucket next gets rows.
 """
 
 from __future__ import annotations
