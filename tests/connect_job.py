@@ -47,6 +47,42 @@ def run_policy(spark: object, work: Path, now: float) -> int:
     return int(spark.sql("select count(*) from policy_connect").collect()[0][0])  # type: ignore[attr-defined]
 
 
+def run_substreams(spark: object, work: Path, now: float) -> tuple[int, int]:
+    """Substreams over Connect, in two micro-batches: key 0 goes back 10 s (out of order for
+    it, adjusted), key 1 forward from 100 s back (in order for it)."""
+    from wmobs import TimePolicy
+
+    write_events(work / "sub_in", 0, [now, now - 100])
+    write_events(work / "sub_in", 1, [now - 10, now - 50])
+    checkpoint = str(work / "sub_ckpt")
+    stream = (
+        spark.readStream.schema("event_time TIMESTAMP, value LONG")  # type: ignore[attr-defined]
+        .option("maxFilesPerTrigger", 1)
+        .json(str(work / "sub_in"))
+    )
+    policy = TimePolicy(
+        event_time="event_time",
+        arrival_time=None,
+        late_arrival="1 hour",
+        substream_by=["value"],
+        name="connect_substreams",
+    )
+    query = (
+        policy.apply(stream, checkpoint_location=checkpoint)
+        .writeStream.queryName("substreams_connect")
+        .format("memory")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    kept = int(spark.sql("select count(*) from substreams_connect").collect()[0][0])  # type: ignore[attr-defined]
+    adjusted = spark.sql(  # type: ignore[attr-defined]
+        "select count(*) from substreams_connect where system_timestamp != event_time"
+    ).collect()[0][0]
+    return kept, int(adjusted)  # rows kept, rows whose system_timestamp was adjusted
+
+
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -82,6 +118,9 @@ def main() -> None:
     policy_counts = run_policy(spark, work, now)
     wait_until(lambda: monitor.snapshot("policy_connect").active is False)  # type: ignore[union-attr]
     policy_snap = monitor.snapshot("policy_connect")
+    substreams_kept, substreams_adjusted = run_substreams(spark, work, now)
+    wait_until(lambda: monitor.snapshot("substreams_connect").active is False)  # type: ignore[union-attr]
+    substreams_snap = monitor.snapshot("substreams_connect")
     result = {
         "session": type(spark).__module__,
         "rows_written": rows,
@@ -98,6 +137,12 @@ def main() -> None:
             for (p, a), n in (policy_snap.policy_events if policy_snap else {}).items()
         },
         "policy_dead_letters": policy_snap.dead_letter_rows if policy_snap else None,
+        "substreams_kept": substreams_kept,
+        "substreams_adjusted_rows": substreams_adjusted,
+        "substreams_events": {
+            f"{p}:{a}": n
+            for (p, a), n in (substreams_snap.policy_events if substreams_snap else {}).items()
+        },
     }
     monitor.close()
     spark.stop()

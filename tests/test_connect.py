@@ -41,6 +41,10 @@ def test_attach_over_spark_connect() -> None:
     assert result["policy_events"]["late_arrival:adjusted"] == 1
     assert result["policy_events"]["early_arrival:dropped"] == 1
     assert result["policy_dead_letters"] == 1
+    # Substreams over Connect, their state carried from one micro-batch to the next.
+    assert result["substreams_kept"] == 4
+    assert result["substreams_adjusted_rows"] == 1
+    assert result["substreams_events"]["out_of_order:adjusted"] == 1
     samples = parse_metrics(result["scraped"])
     key = (("query", "wm_connect"),)
     assert samples[("wmobs_input_rows_total", key)] == 6
