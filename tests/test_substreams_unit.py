@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,13 @@ def test_the_state_is_versioned_by_micro_batch(tmp_path: Path) -> None:
     assert [row["ts"] for row in stage.feed([(1, 800)])] == [900]  # batch 2 sees batch 1's 900
     stage.feed([(1, 1000)])
     assert sorted(p.name for p in (tmp_path / "state" / "1").iterdir()) == ["2.arrow", "3.arrow"]
+    # A task that died while writing left a temporary file: removed once it is an hour old.
+    dead, fresh = tmp_path / "state" / "1" / ".9.dead.tmp", tmp_path / "state" / "1" / ".9.b.tmp"
+    dead.write_bytes(b"partial")
+    fresh.write_bytes(b"being written")
+    os.utime(dead, (time.time() - 7200, time.time() - 7200))
+    stage.feed([(1, 1100)])
+    assert not dead.exists() and fresh.exists()
 
 
 @pytest.mark.parametrize("seed", range(50))

@@ -344,10 +344,21 @@ class StateStore:
         """Per bucket loaded: whether its folder had versions (and so exists)."""
 
     def _versions(self, bucket: int) -> list[int]:
+        """The bucket's versions; temporary files that a dead task left an hour or more ago
+        are deleted on the way (a live one finishes its write in well under that)."""
+        import datetime
+
         from pyarrow import fs
 
         selector = fs.FileSelector(f"{self.root}/{bucket}", allow_not_found=True)
-        names = [info.base_name for info in self.fs.get_file_info(selector)]
+        infos = self.fs.get_file_info(selector)
+        stale = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        for info in infos:
+            mtime = info.mtime
+            if info.base_name.endswith(".tmp") and mtime is not None and mtime < stale:
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(info.path)
+        names = [info.base_name for info in infos]
         return sorted(int(n[: -len(".arrow")]) for n in names if _is_version(n))
 
     def load(self, bucket: int, batch_id: int) -> KeyState:
