@@ -487,14 +487,12 @@ def make_stage(
                 beats = None
         real = slice(None) if beats is None else ~beats
 
-        batch = batch_id() if batch_id is not None else _task_batch_id()
-        store = None
-        state = KeyState()
-        if batch is not None:
-            root = checkpoint if batch_id is not None else _task_checkpoint(checkpoint)
-            store = StateStore(f"{root.rstrip('/')}/{directory}")
-            loaded = {bucket: store.load(bucket, batch) for bucket in buckets}
-            state = KeyState.concat(loaded.values())
+        where = _micro_batch(checkpoint, batch_id)
+        store = None if where is None else StateStore(f"{where[1].rstrip('/')}/{directory}")
+        loaded: dict[int, KeyState] = {}
+        if store is not None and where is not None:
+            loaded = {bucket: store.load(bucket, where[0]) for bucket in buckets}
+        state = KeyState.concat(loaded.values())
         judged, state = judge_partition(
             state,
             keys[real],
@@ -505,10 +503,10 @@ def make_stage(
             now_ms=now_ms,
             config=config,
         )
-        if store is not None and batch is not None:
+        if store is not None and where is not None:
             for bucket, part in state.split(buckets).items():
                 if len(part) or len(loaded[bucket]):  # nothing before or after: no file
-                    store.save(bucket, batch, part)
+                    store.save(bucket, where[0], part)
 
         system, verdict = ts.copy(), verdicts.copy()
         system[real], verdict[real] = judged.system_us, judged.verdicts
@@ -560,19 +558,15 @@ def _synthetic_row(
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _task_batch_id() -> int | None:
-    from pyspark import TaskContext
+def _micro_batch(
+    checkpoint: str, batch_id: Callable[[], int | None] | None
+) -> tuple[int, str] | None:
+    """``(micro-batch id, the query's checkpoint)`` of the running task (or as the tests say);
+    ``None`` outside a micro-batch."""
+    if batch_id is not None:
+        batch = batch_id()
+        return None if batch is None else (batch, checkpoint)
+    from wmobs._watermark_source import task_micro_batch
 
-    context = TaskContext.get()
-    value = None if context is None else context.getLocalProperty("streaming.sql.batchId")
-    return None if value is None else int(value)
-
-
-def _task_checkpoint(configured: str) -> str:
-    from pyspark import TaskContext
-
-    from wmobs._watermark_source import _resolve_checkpoint
-
-    context = TaskContext.get()
-    props: dict[str, Any] = dict(getattr(context, "_localProperties", None) or {})
-    return _resolve_checkpoint(configured, props)
+    task = task_micro_batch(checkpoint)
+    return None if task is None else (task.batch_id, task.checkpoint)

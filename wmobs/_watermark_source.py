@@ -22,7 +22,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from wmobs._fs import filesystem_for
 
-__all__ = ["SOURCE_NAME", "BatchTimes", "WatermarkSource", "read_batch_times", "task_batch_times"]
+__all__ = [
+    "SOURCE_NAME",
+    "BatchTimes",
+    "TaskMicroBatch",
+    "WatermarkSource",
+    "read_batch_times",
+    "task_batch_times",
+    "task_micro_batch",
+]
 
 SOURCE_NAME = "wmobs_batch_watermark"
 SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG, wmobs_batch_time_ms LONG"
@@ -94,9 +102,18 @@ def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
     )
 
 
-def task_batch_times(configured_checkpoint: str) -> BatchTimes | None:
-    """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
-    ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+class TaskMicroBatch(NamedTuple):
+    """Where a Spark task runs: its micro-batch, the query's checkpoint and id."""
+
+    batch_id: int
+    checkpoint: str
+    query_id: str | None
+
+
+def task_micro_batch(configured_checkpoint: str) -> TaskMicroBatch | None:
+    """Inside a Spark task of a micro-batch: which one, and the query's checkpoint (the
+    configured one, or found for a named query); ``None`` outside a streaming micro-batch
+    (e.g. ``df.explain``)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -105,8 +122,16 @@ def task_batch_times(configured_checkpoint: str) -> BatchTimes | None:
     if batch is None:
         return None
     checkpoint = _resolve_checkpoint(configured_checkpoint, props)
-    query_id = props.get("sql.streaming.queryId")
-    return read_batch_times(checkpoint, int(batch), query_id)
+    return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))
+
+
+def task_batch_times(configured_checkpoint: str) -> BatchTimes | None:
+    """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
+    ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+    task = task_micro_batch(configured_checkpoint)
+    if task is None:
+        return None
+    return read_batch_times(task.checkpoint, task.batch_id, task.query_id)
 
 
 class _Reader(DataSourceReader):
