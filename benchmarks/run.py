@@ -35,11 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import structlog
 
-from wmobs._tracker import parse_timestamp
+from wmobs.listener import parse_timestamp
 from wmobs.testing import MetricsRecorder, progress_json, state_operator
 
 
@@ -54,7 +52,7 @@ def _quiet_structlog() -> None:
 
 
 def bench_event(iterations: int) -> dict[str, float]:
-    from wmobs._listener import WmobsListener
+    from wmobs.listener._spark_listener import WmobsListener
 
     rec = MetricsRecorder()
     listener = WmobsListener(rec.tracker, [rec.instruments])
@@ -161,8 +159,8 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     import wmobs
-    from wmobs._listener import WmobsListener
-    from wmobs.demo import local_spark
+    from wmobs.listener._spark_listener import WmobsListener
+    from wmobs.testing import local_spark
 
     spark = local_spark("wmobs-bench")
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-"))
@@ -224,7 +222,7 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
     from pyspark.sql import functions as F
 
     from wmobs import TimePolicy
-    from wmobs.demo import local_spark
+    from wmobs.testing import local_spark
 
     spark = local_spark("wmobs-bench-policy")
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
@@ -315,7 +313,7 @@ def bench_idle_latency(windows: int, trigger_s: float = 0.5) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from wmobs import TimePolicy
-    from wmobs.demo import local_spark
+    from wmobs.testing import local_spark
 
     timeout_s, window_s = 1.0, 3
     spark = local_spark("wmobs-bench-idle")

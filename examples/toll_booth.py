@@ -27,7 +27,7 @@ import structlog
 
 import wmobs
 from wmobs import TimePolicy
-from wmobs.demo import local_spark
+from wmobs.testing import local_spark
 
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 

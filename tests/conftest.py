@@ -15,7 +15,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
-    from wmobs.demo import local_spark
+    from wmobs.testing import local_spark
 
     session = local_spark("wmobs-tests")
     yield session

@@ -2,16 +2,17 @@
 
 ``monitor = wmobs.attach(spark, prometheus_port=9464)`` watches every streaming query of a
 session and exports watermark delay, event-time lag, source idleness, drops and state as
-OpenTelemetry metrics (see :mod:`wmobs.metrics`). Importing wmobs never imports Spark.
+OpenTelemetry metrics (see :mod:`wmobs.metrics`). ``wmobs.TimePolicy`` judges and counts
+every row of a stream inside the query. The two halves live in :mod:`wmobs.listener` and
+:mod:`wmobs.policy` and meet only in :mod:`wmobs.observations`. Importing wmobs never imports
+Spark.
 """
 
 from __future__ import annotations
 
-from wmobs._monitor import Monitor, attach
-from wmobs._tracker import BatchSummary, OperatorSnapshot, QuerySnapshot
 from wmobs._version import __version__
-from wmobs.deadletter import DeadLetter
-from wmobs.policy import TimePolicy
+from wmobs.listener import BatchSummary, Monitor, OperatorSnapshot, QuerySnapshot, attach
+from wmobs.policy import DeadLetter, TimePolicy
 
 __all__ = [
     "BatchSummary",

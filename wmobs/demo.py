@@ -19,19 +19,19 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from wmobs._tracker import BatchSummary, QuerySnapshot, format_timestamp
+from wmobs._session import local_spark
 from wmobs.deadletter import DeadLetter
+from wmobs.listener import BatchSummary, QuerySnapshot, format_timestamp
 from wmobs.policy import TimePolicy
 
 __all__ = ["DisorderedSource", "main"]
@@ -49,6 +49,7 @@ class Disorder:
     early: float = 0.01
 
 
+@dataclass
 class DisorderedSource:
     """Writes ``rate`` readings a second as JSON-lines files into ``directory``.
 
@@ -57,28 +58,20 @@ class DisorderedSource:
     needs. ``seed`` makes the disorder reproducible.
     """
 
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        rate: int = 200,
-        devices: int = 8,
-        idle_every: float = 60.0,
-        idle_for: float = 15.0,
-        disorder: Disorder | None = None,
-        seed: int = 7,
-    ) -> None:
-        self.directory = directory
-        self.rate = rate
-        self.devices = devices
-        self.idle_every = idle_every
-        self.idle_for = idle_for
-        self.disorder = disorder or Disorder()
-        self._random = random.Random(seed)
+    directory: Path
+    rate: int = 200
+    devices: int = 8
+    idle_every: float = 60.0
+    idle_for: float = 15.0
+    disorder: Disorder = field(default_factory=Disorder)
+    seed: int = 7
+    files: int = field(default=0, init=False)
+    rows: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wmobs-demo-source", daemon=True)
-        self.files = 0
-        self.rows = 0
         self._started = time.time()
 
     def events(self, now: float, count: int) -> list[dict[str, Any]]:
@@ -185,25 +178,18 @@ def build_query(
     )
 
 
-def local_spark(app_name: str = "wmobs-demo") -> Any:
-    """A small ``local[2]`` session, with Python workers on this interpreter."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+def stop_between_batches(query: Any, timeout: float = 30.0) -> None:
+    """Stop ``query`` while no micro-batch runs.
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        # Python workers over Unix domain sockets (Spark >= 4.1): each Python task, such as the
-        # global policy's per-batch watermark read, costs tens of ms less than over TCP.
-        .config("spark.python.unix.domain.socket.enabled", str(hasattr(socket, "AF_UNIX")).lower())
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    ``query.stop()`` during a micro-batch cancels its tasks: the JVM closes the sockets of
+    their Python workers (the policy's watermark read, the dead-letter stage), whose last
+    flush then fails, and PySpark's worker daemon prints a ``BrokenPipeError`` traceback for
+    each. Between micro-batches there is nothing to cancel.
+    """
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    query.stop()
 
 
 def _summary_line(snap: QuerySnapshot, batch: BatchSummary, now: float) -> str:
@@ -250,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     source = DisorderedSource(
         workdir / "in", rate=args.rate, idle_every=args.idle_every, idle_for=args.idle_for
     ).start()
-    spark = local_spark()
+    spark = local_spark("wmobs-demo")
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -284,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"query failed: {query.exception()}", file=sys.stderr)
             return 1
     finally:
-        query.stop()
         source.stop()
+        stop_between_batches(query)
         monitor.close()
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)

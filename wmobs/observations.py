@@ -1,4 +1,5 @@
-"""The naming convention that links operator-side counters to the listener.
+"""Where the two halves of wmobs meet: the naming convention that links operator-side counters
+(:mod:`wmobs.policy`, or code of yours) to the listener (:mod:`wmobs.listener`).
 
 Operator-side producers (wmobs' own time policies, or any code of yours) count rows with
 :meth:`pyspark.sql.DataFrame.observe`. The listener reads every observation of a query's
@@ -37,6 +38,7 @@ from typing import Any
 __all__ = [
     "ACTIONS",
     "DEAD_LETTER_COLUMN",
+    "IDLE_TICK",
     "IDLE_TIMEOUT_COLUMN",
     "OBSERVATION_PREFIX",
     "POLICIES",
@@ -51,6 +53,12 @@ POLICIES: tuple[str, ...] = ("early_arrival", "late_arrival", "out_of_order", "i
 ACTIONS: tuple[str, ...] = ("adjusted", "dropped")
 DEAD_LETTER_COLUMN = "dead_letter_rows"
 IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
+IDLE_TICK = "wmobs_idle_tick"
+"""The key of the offset of an idle-timeout heartbeat source (its tick's processing time, ms).
+
+The policy half's heartbeat (:mod:`wmobs.policy`) writes it into every offset it reports; the
+listener recognises the heartbeat by it in ``progress.sources`` and does not count its rows as
+input."""
 
 _POLICY_COLUMNS: dict[str, tuple[str, str]] = {
     f"policy:{p}:{a}": (p, a) for p in POLICIES for a in ACTIONS

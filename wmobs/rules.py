@@ -46,15 +46,25 @@ class RulesConfig:
     """PromQL label matchers added to every selector, e.g. ``job="wmobs"`` (default: none)."""
     delay_threshold: str = "5m"
     delay_for: str = "10m"
+    """``WmobsWatermarkDelayHigh``: the watermark delay above ``delay_threshold`` for this
+    long."""
     stall_window: str = "15m"
+    """``WmobsWatermarkStalled``: the watermark did not change within this window although the
+    query is active and read rows in it; ``stall_for`` is how long that must last."""
     stall_for: str = "5m"
     drop_window: str = "10m"
+    """``WmobsEventsDropped``: rows dropped, by a time policy or by Spark's watermark, within
+    this window (``drop_for``: for how long)."""
     drop_for: str = "5m"
     dead_letter_window: str = "10m"
     dead_letter_for: str = "15m"
+    """``WmobsDeadLetterGrowing``: rows dead-lettered in every ``dead_letter_window`` for this
+    long."""
     failure_window: str = "10m"
+    """``WmobsQueryFailed`` fires at once, for a failure within this window."""
     idle_threshold: str = "10m"
     idle_for: str = "1m"
+    """``WmobsSourceIdle`` (info): no input rows for ``idle_threshold``, for this long."""
     runbook_url: str = "https://github.com/wmobs/wmobs/blob/main/docs/runbook.md"
     """The runbook document; each alert links to its section (``#wmobswatermarkdelayhigh``)."""
 

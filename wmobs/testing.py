@@ -2,9 +2,11 @@
 
 - :func:`progress_json` builds a ``StreamingQueryProgress`` as Spark serialises it (a ``dict``);
   ``pyspark.sql.streaming.listener.QueryProgressEvent.fromJson({"progress": ...})`` accepts it.
-- :class:`MetricsRecorder` wires a :class:`~wmobs._tracker.Tracker` to an
+- :class:`MetricsRecorder` wires a :class:`~wmobs.listener.Tracker` to an
   ``InMemoryMetricReader`` and reads samples back under their **Prometheus** names, the names
   users scrape and alert on.
+- :func:`local_spark` starts a small ``local[2]`` session for tests and examples (bound to
+  127.0.0.1, Python workers on the running interpreter).
 
 Example::
 
@@ -28,11 +30,18 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
-from wmobs._idle import TICK as IDLE_TICK
-from wmobs._tracker import Tracker
-from wmobs.metrics import Instruments
+from wmobs._session import local_spark
+from wmobs.listener import Instruments, Tracker
+from wmobs.observations import IDLE_TICK
 
-__all__ = ["MetricsRecorder", "iso", "parse_metrics", "progress_json"]
+__all__ = [
+    "MetricsRecorder",
+    "iso",
+    "local_spark",
+    "parse_metrics",
+    "progress_json",
+    "state_operator",
+]
 
 _EPOCH = "1970-01-01T00:00:00.000Z"
 

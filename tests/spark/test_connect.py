@@ -17,10 +17,10 @@ pytestmark = pytest.mark.spark
 
 def test_attach_over_spark_connect() -> None:
     pytest.importorskip("pyspark.sql.connect")
-    job = Path(__file__).with_name("connect_job.py")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [sys.executable, str(job)],
+        [sys.executable, "-m", "tests.spark.connect_job"],
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=600,

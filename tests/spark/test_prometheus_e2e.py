@@ -23,7 +23,7 @@ from ._streaming import wait_until, windowed_query, write_events
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Grafana's variables as a user would leave them: all jobs, all queries.
 GRAFANA_VARIABLES = {
     "$__rate_interval": "15s",

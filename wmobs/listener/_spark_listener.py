@@ -24,8 +24,8 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker, format_timestamp
-from wmobs.metrics import Instruments
+from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker, format_timestamp
+from wmobs.listener.metrics import Instruments
 
 __all__ = ["WmobsListener"]
 
@@ -66,7 +66,7 @@ class _FastJListener(JStreamingQueryListener):
 
 
 class WmobsListener(StreamingQueryListener):
-    """Feeds query events into a :class:`~wmobs._tracker.Tracker` and the histogram."""
+    """Feeds query events into a :class:`~wmobs.listener.Tracker` and the histogram."""
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_toll_booth_example_conserves_every_record() -> None:

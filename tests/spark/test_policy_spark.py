@@ -1,4 +1,5 @@
-"""Time policies on real Spark: DESIGN.md's worked example, row by row, and the exported counts."""
+"""Time policies on real Spark: the worked example (README, "Time policies"), row by row, and
+the exported counts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
 from wmobs import DeadLetter, TimePolicy
-from wmobs._tracker import parse_timestamp
+from wmobs.listener import parse_timestamp
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
@@ -22,7 +23,8 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, deviceId STRING"
 
-# DESIGN.md §2: (#, event time, arrival time, device), in arrival order.
+# The worked example (README, "Time policies"): (#, event time, arrival time, device), in
+# arrival order.
 WORKED = [
     (1, "12:07", "12:07", "device1"),
     (2, "12:08", "12:08", "device2"),

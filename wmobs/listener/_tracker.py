@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, overload
 
-from wmobs._idle import TICK as IDLE_TICK
-from wmobs.observations import ACTIONS, POLICIES, ObservedCounts, parse_observed_metrics
+from wmobs.observations import (
+    ACTIONS,
+    IDLE_TICK,
+    POLICIES,
+    ObservedCounts,
+    parse_observed_metrics,
+)
 
 __all__ = [
     "OUTCOMES",

@@ -14,7 +14,7 @@ from wmobs.metrics import CONTRACT
 
 from .contract import metric_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 
 

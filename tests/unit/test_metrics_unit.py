@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from wmobs._tracker import parse_timestamp
+from wmobs.listener import parse_timestamp
 from wmobs.metrics import BATCH_DURATION_BUCKETS, CONTRACT
 from wmobs.observations import ACTIONS, POLICIES, parse_observed_metrics, policy_column
 from wmobs.testing import MetricsRecorder, iso, progress_json, state_operator
@@ -223,7 +223,8 @@ def test_policy_column_rejects_unknown_labels() -> None:
 
 
 def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
-    """Every name of DESIGN.md §3 that progress can provide is exposed, exactly so."""
+    """Every name of the metric contract (README, "Metrics") that progress can provide is
+    exposed, exactly so."""
     ops = [state_operator(rows_total=1, dropped_by_watermark=1)]
     observed = {"wmobs": {"dead_letter_rows": 0, "idle_timeout_firings": 0}}
     body = progress_json(

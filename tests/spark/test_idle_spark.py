@@ -13,8 +13,8 @@ import pytest
 
 import wmobs
 from wmobs import TimePolicy
-from wmobs._substreams import StateStore, state_directory
-from wmobs._tracker import parse_timestamp
+from wmobs.listener import parse_timestamp
+from wmobs.policy._substream_state import StateStore, state_directory
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows

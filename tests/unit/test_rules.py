@@ -14,7 +14,7 @@ from wmobs.rules import ALERTS, RulesConfig, parse_duration, render
 
 from .contract import metric_names
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "dashboards").glob("*.yaml"))
 RULE_TESTS = sorted((ROOT / "tests" / "rules").glob("*-test.yaml"))
 

@@ -1,4 +1,4 @@
-"""The idle-timeout heartbeat: a streaming Python data source (see :mod:`wmobs._idle`).
+"""The idle-timeout heartbeat: a streaming Python data source (see :mod:`wmobs.policy._idle`).
 
 On the driver, ``latestOffset`` decides whether a tick is due (globally: only once the query
 has been idle for the timeout, judged from its offsets log; with substreams: every check
@@ -16,11 +16,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from wmobs._fs import filesystem_for
-from wmobs._idle import TICK, InputActivity, global_synthetic, next_tick
-from wmobs._watermark_source import _read_text, task_batch_times
+from wmobs.policy._checkpoint import task_batch_times
+from wmobs.policy._idle import TICK, InputActivity, global_synthetic, next_tick
+from wmobs.policy._storage import filesystem_for, read_text
+from wmobs.policy._watermark_source import NamedSource
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "IdleHeartbeatSource"]
 
@@ -41,10 +42,10 @@ def _offsets_log(checkpoint: str) -> InputActivity:
             return []
         return [info.base_name for info in infos]
 
-    def lines(batch: int) -> list[str]:
-        return _read_text(f"{base}/{batch}").splitlines()
+    def text(batch: int) -> str:
+        return read_text(f"{base}/{batch}")
 
-    return InputActivity(names, lines)
+    return InputActivity(names, text)
 
 
 class _Reader(DataSourceStreamReader):
@@ -105,15 +106,11 @@ class _Reader(DataSourceStreamReader):
             yield (None, synthetic[0], synthetic[1])
 
 
-class IdleHeartbeatSource(DataSource):
+class IdleHeartbeatSource(NamedSource):
     """``spark.readStream.format("wmobs_idle_heartbeat").options(...).load()`` (internal)."""
 
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return SCHEMA
+    NAME = SOURCE_NAME
+    SCHEMA = SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return _Reader(dict(self.options))

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from wmobs._idle import (
+from wmobs.policy._idle import (
     REAL,
     TICK,
     InputActivity,
-    advance_idle_keys,
     default_check_interval_ms,
     global_synthetic,
     idle_jump_ms,
@@ -21,7 +20,8 @@ from wmobs._idle import (
 )
 from wmobs.testing import MetricsRecorder, progress_json
 
-from ._streaming import SubstreamStage
+from ._reference import advance_idle_keys
+from ._substream_stage import SubstreamStage
 
 S = 1000  # ms
 
@@ -139,19 +139,23 @@ def test_offsets_log_tells_input_batches_from_heartbeat_batches() -> None:
         1: offsets(2000, 1, None),
         2: offsets(3000, 1, 2900),  # heartbeat only
     }
-    activity = InputActivity(lambda: [str(b) for b in log] + [".0.crc", "tmp"], log.__getitem__)
+
+    def text(batch: int) -> str:
+        return "\n".join(log[batch])
+
+    activity = InputActivity(lambda: [str(b) for b in log] + [".0.crc", "tmp"], text)
     assert activity.refresh() == 2000
     log[3] = offsets(4000, 1, 3900)
     assert activity.refresh() == 2000
     log[4] = offsets(5000, 2, 3900)  # input again, in the same batch as no new tick
     assert activity.refresh() == 5000
     # A restarted reader that sees only a later part of the log starts from its first batch.
-    late = InputActivity(lambda: ["3", "4"], log.__getitem__)
+    late = InputActivity(lambda: ["3", "4"], text)
     assert late.refresh() == 5000
-    tail = InputActivity(lambda: ["3"], log.__getitem__)
+    tail = InputActivity(lambda: ["3"], text)
     assert tail.refresh() == 4000
     # Nothing yet.
-    assert InputActivity(lambda: [], log.__getitem__).refresh() is None
+    assert InputActivity(lambda: [], text).refresh() is None
 
 
 def test_heartbeat_rows_are_not_input_rows() -> None:

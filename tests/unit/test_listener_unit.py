@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from wmobs.testing import MetricsRecorder, progress_json, state_operator
 
 listener_mod = pytest.importorskip("pyspark.sql.streaming.listener")
-from wmobs._listener import WmobsListener, progress_dict  # noqa: E402
+from wmobs.listener._spark_listener import WmobsListener, progress_dict  # noqa: E402
 
 NOW = 1_800_000_000.0
 

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import structlog
 from opentelemetry.metrics import MeterProvider
 
-from wmobs._tracker import BatchSummary, QuerySnapshot, Tracker
-from wmobs.metrics import Instruments
+from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker
+from wmobs.listener.metrics import Instruments
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -153,7 +153,7 @@ def attach(
 
     Queries already running are picked up at once; queries started later, as they start.
     """
-    from wmobs._listener import WmobsListener
+    from wmobs.listener._spark_listener import WmobsListener
 
     tracker = Tracker(clock=clock)
     instruments = [Instruments(tracker, meter_provider)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["filesystem_for"]
+__all__ = ["filesystem_for", "read_text"]
 
 
 def filesystem_for(path: str) -> tuple[Any, str]:
@@ -19,3 +19,10 @@ def filesystem_for(path: str) -> tuple[Any, str]:
     if path.startswith("file:"):
         path = path[len("file:") :]
     return fs.LocalFileSystem(), os.path.abspath(path)
+
+
+def read_text(path: str) -> str:
+    """A small UTF-8 file, whole."""
+    filesystem, inner = filesystem_for(path)
+    with filesystem.open_input_stream(inner) as stream:
+        return bytes(stream.read()).decode("utf-8")

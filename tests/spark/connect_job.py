@@ -17,10 +17,8 @@ from pathlib import Path
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import wmobs
-from tests._streaming import ProgressWaiter, wait_until, windowed_query, write_events
+from tests.spark._streaming import ProgressWaiter, wait_until, windowed_query, write_events
 
 
 def run_policy(spark: object, work: Path, now: float) -> int:

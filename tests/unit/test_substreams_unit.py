@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from wmobs._durations import to_micros
-from wmobs._idle import advance_idle_keys
-from wmobs._substreams import KeyState, advance_idle, judge_bucket, judge_key_reference
+from wmobs.policy._durations import to_micros
+from wmobs.policy._substream_judge import advance_idle
+from wmobs.policy._substream_state import KeyState
 
-from ._streaming import SubstreamStage
+from ._reference import advance_idle_keys, judge_bucket, judge_key_reference
+from ._substream_stage import SubstreamStage
 
 
 def _one_key(state: int | None, ts: list[int], candidate: list[bool], tol: int, drop: bool) -> Any:

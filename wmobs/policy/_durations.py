@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["to_micros"]
+__all__ = ["Tolerances", "to_micros"]
 
 _UNITS_US = {
     "microsecond": 1,
@@ -71,3 +72,48 @@ def to_micros(value: str | timedelta, argument: str) -> int:
     if micros < 0:
         raise ValueError(f"{argument}: must not be negative, got {value!r}")
     return micros
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """A :class:`~wmobs.TimePolicy`'s durations, resolved to microseconds once, at
+    construction. ``None``: that feature is off."""
+
+    late_arrival_us: int
+    out_of_order_us: int
+    early_arrival_us: int | None = None
+    substream_ttl_us: int | None = None
+    idle_timeout_us: int | None = None
+    idle_check_interval_us: int | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        late_arrival: str | timedelta,
+        out_of_order: str | timedelta,
+        early_arrival: str | timedelta | None,
+        substream_ttl: str | timedelta | None,
+        idle_timeout: str | timedelta | None,
+        idle_check_interval: str | timedelta | None,
+    ) -> Tolerances:
+        """From the values users write; errors name the argument."""
+
+        def optional(value: str | timedelta | None, argument: str, minimum: int = 0) -> int | None:
+            if value is None:
+                return None
+            micros = to_micros(value, argument)
+            if micros < minimum:
+                raise ValueError(f"{argument}: must be at least 1 millisecond, got {value!r}")
+            return micros
+
+        if idle_check_interval is not None and idle_timeout is None:
+            raise ValueError("idle_check_interval: only meaningful with idle_timeout")
+        return cls(
+            late_arrival_us=to_micros(late_arrival, "late_arrival"),
+            out_of_order_us=to_micros(out_of_order, "out_of_order"),
+            early_arrival_us=optional(early_arrival, "early_arrival"),
+            substream_ttl_us=optional(substream_ttl, "substream_ttl"),
+            idle_timeout_us=optional(idle_timeout, "idle_timeout", 1000),
+            idle_check_interval_us=optional(idle_check_interval, "idle_check_interval", 1000),
+        )

@@ -32,24 +32,25 @@ state.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from wmobs.observations import IDLE_TICK
+from wmobs.policy._checkpoint import parse_offsets
 
 __all__ = [
     "HEARTBEAT",
     "REAL",
     "TICK",
     "InputActivity",
-    "advance_idle_keys",
     "default_check_interval_ms",
     "global_synthetic",
     "idle_jump_ms",
     "next_tick",
 ]
 
-TICK = "wmobs_idle_tick"
+TICK = IDLE_TICK
 """Key of the heartbeat's offset (processing time of the tick, ms): how it is recognised in the
 offsets log and in ``progress.sources``."""
 IDLE_SINCE = "idle_since"
@@ -122,41 +123,6 @@ def global_synthetic(
     return (largest + advance) * 1000, int(first)
 
 
-def advance_idle_keys(
-    maxima: dict[int, int],
-    seen_ms: dict[int, int],
-    advanced_ms: dict[int, int],
-    *,
-    now_ms: int,
-    timeout_ms: int,
-) -> tuple[int | None, int]:
-    """Move the clock of every key idle for ``timeout_ms`` (see the module rule).
-
-    ``maxima``: each key's largest system timestamp (µs), moved in place; ``seen_ms``: when each
-    key last had input; ``advanced_ms``: up to when each key's idle clock has run, in place
-    (absent = not idle since its last input). Returns the largest moved timestamp (µs; the
-    synthetic row that moves Spark's watermark) and the number of firings (keys whose idle
-    period starts moving now).
-    """
-    top: int | None = None
-    firings = 0
-    for key, seen in seen_ms.items():
-        current = maxima.get(key)
-        idle_since = seen + timeout_ms
-        if current is None or now_ms < idle_since:
-            continue
-        previous = advanced_ms.get(key)
-        if previous is None:
-            firings += 1
-            current += idle_jump_ms(seen, current // 1000, timeout_ms) * 1000
-        begin = idle_since if previous is None else max(previous, idle_since)
-        current += max(now_ms - begin, 0) * 1000
-        maxima[key] = current
-        advanced_ms[key] = now_ms
-        top = current if top is None else max(top, current)
-    return top, firings
-
-
 def _batch_ids(names: Iterable[str]) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
@@ -165,17 +131,17 @@ def _batch_ids(names: Iterable[str]) -> list[int]:
 class InputActivity:
     """When the query last had input, from its offsets log (``<checkpoint>/offsets/<id>``).
 
-    Spark writes ``offsets/<id>`` before batch ``id`` runs: a version line, a JSON line with
-    ``batchTimestampMs``, then one line per source with the offset that batch reads up to
-    (``-`` for none). A batch had input when a source other than the heartbeat moved. Files
-    are read once each, as they appear; the log is short (Spark keeps about 100 batches).
+    Each file is parsed by :func:`wmobs.policy._checkpoint.parse_offsets`: a batch had input
+    when a source other than the heartbeat moved its offset. Files are read once each, as they
+    appear; the log is short (Spark keeps about 100 batches).
     """
 
     list_names: Callable[[], Iterable[str]]
-    read_lines: Callable[[int], list[str]]
+    read_text: Callable[[int], str]
+    """The text of ``offsets/<id>``."""
     last_input_ms: int | None = None
     _scanned: int = -1
-    _previous: list[str] | None = field(default=None, repr=False)
+    _previous: tuple[str, ...] | None = field(default=None, repr=False)
 
     def refresh(self) -> int | None:
         """Read batches written since the last call; the processing time of the latest one
@@ -184,12 +150,10 @@ class InputActivity:
             if batch <= self._scanned:
                 continue
             try:
-                lines = self.read_lines(batch)
-            except OSError:
+                entry = parse_offsets(self.read_text(batch))
+            except (OSError, ValueError):
                 break  # being written: read it next time
-            if len(lines) < 2:
-                break
-            sources = lines[2:]
+            sources = entry.sources
             if self._previous is None:
                 # The first batch read: batch 0 had input if any source has an offset; an
                 # older log's first retained batch counts as input (idleness is then measured
@@ -203,7 +167,7 @@ class InputActivity:
                     for now, before in zip(sources, self._previous, strict=False)
                 )
             if moved:
-                self.last_input_ms = int(json.loads(lines[1]).get("batchTimestampMs", 0))
+                self.last_input_ms = entry.timestamp_ms or 0
             self._previous = sources
             self._scanned = batch
         return self.last_input_ms

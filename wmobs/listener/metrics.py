@@ -1,0 +1,256 @@
+"""wmobs' OpenTelemetry instruments: every metric, declared in one place.
+
+Names below are as Prometheus scrapes them; the OpenTelemetry instrument name is the same with
+dots and without the unit suffix (``wmobs.watermark.delay``, unit ``s``). Label ``query`` is
+the query's name, or its id when it has none (never the run id, so a restarted query keeps its
+series).
+
+=========================================  =========  =======================  ==============
+Prometheus name                            type       labels                   unit
+=========================================  =========  =======================  ==============
+``wmobs_watermark_delay_seconds``          gauge      query                    ``s``
+``wmobs_watermark_timestamp_seconds``      gauge      query                    ``s``
+``wmobs_event_time_lag_seconds``           gauge      query                    ``s``
+``wmobs_source_idle_seconds``              gauge      query                    ``s``
+``wmobs_input_rows_total``                 counter    query                    ``{row}``
+``wmobs_batch_duration_seconds``           histogram  query                    ``s``
+``wmobs_rows_dropped_by_watermark_total``  counter    query, operator          ``{row}``
+``wmobs_state_rows``                       gauge      query, operator          ``{row}``
+``wmobs_state_memory_bytes``               gauge      query, operator          ``By``
+``wmobs_policy_events_total``              counter    query, policy, action    ``{event}``
+``wmobs_dead_letter_rows_total``           counter    query                    ``{row}``
+``wmobs_idle_timeout_firings_total``       counter    query                    ``{firing}``
+``wmobs_query_active``                     gauge      query                    ``{query}``
+``wmobs_query_terminations_total``         counter    query, outcome           ``{query}``
+=========================================  =========  =======================  ==============
+
+- ``wmobs_watermark_delay_seconds``: wall clock **at collection** minus the largest watermark
+  seen, so it keeps growing while a query is stalled or idle.
+- ``wmobs_event_time_lag_seconds``: wall clock at collection minus the largest event time seen.
+- ``wmobs_source_idle_seconds``: wall clock at collection minus the end of the last micro-batch
+  that read input rows.
+- The four time gauges and the state gauges are exported only while the query is active, and
+  only once their input exists (a watermark of epoch 0 is "no watermark yet").
+- ``wmobs_rows_dropped_by_watermark_total`` is Spark's ``numRowsDroppedByWatermark``: it counts
+  rows *after partial aggregation* (groups, not input rows). Exact per-row counts come from
+  wmobs' time policies, in ``wmobs_policy_events_total``.
+- ``wmobs_policy_events_total``, ``wmobs_dead_letter_rows_total`` and
+  ``wmobs_idle_timeout_firings_total`` come from operator-side observations
+  (:mod:`wmobs.observations`); a query has them once its first such observation arrives, with
+  every known ``policy``/``action`` pair starting at 0.
+- ``wmobs_query_terminations_total{outcome="stopped"|"failed"}`` starts at 0 for both outcomes.
+
+Usage::
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from wmobs.metrics import Instruments, Tracker
+
+    tracker = Tracker()
+    instruments = Instruments(tracker, meter_provider=MeterProvider(metric_readers=[...]))
+
+Most users never touch this module: :func:`wmobs.attach` wires it up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter
+
+from wmobs._version import __version__
+from wmobs.listener._tracker import QuerySnapshot, Tracker
+
+__all__ = ["BATCH_DURATION_BUCKETS", "CONTRACT", "Instruments", "Tracker"]
+
+CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "wmobs_watermark_delay_seconds": ("gauge", ("query",)),
+    "wmobs_watermark_timestamp_seconds": ("gauge", ("query",)),
+    "wmobs_event_time_lag_seconds": ("gauge", ("query",)),
+    "wmobs_source_idle_seconds": ("gauge", ("query",)),
+    "wmobs_input_rows_total": ("counter", ("query",)),
+    "wmobs_batch_duration_seconds": ("histogram", ("query",)),
+    "wmobs_rows_dropped_by_watermark_total": ("counter", ("query", "operator")),
+    "wmobs_state_rows": ("gauge", ("query", "operator")),
+    "wmobs_state_memory_bytes": ("gauge", ("query", "operator")),
+    "wmobs_policy_events_total": ("counter", ("query", "policy", "action")),
+    "wmobs_dead_letter_rows_total": ("counter", ("query",)),
+    "wmobs_idle_timeout_firings_total": ("counter", ("query",)),
+    "wmobs_query_active": ("gauge", ("query",)),
+    "wmobs_query_terminations_total": ("counter", ("query", "outcome")),
+}
+"""The metric contract (the README's "Metrics" table): Prometheus name -> (type, labels)."""
+
+BATCH_DURATION_BUCKETS: tuple[float, ...] = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of ``wmobs_batch_duration_seconds``: micro-batches, not requests."""
+
+
+def _q(snap: QuerySnapshot) -> dict[str, str]:
+    return {"query": snap.label}
+
+
+ObserveFn = Callable[[QuerySnapshot, float], Iterable[Observation]]
+"""Computes one instrument's observations for one query at collection time ``now``."""
+
+
+def _active_time_gauge(value_of: str) -> ObserveFn:
+    """A gauge callback: ``now - snapshot.<value_of>`` for active queries that have it."""
+
+    def fn(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        value = getattr(snap, value_of)
+        if snap.active and value is not None:
+            yield Observation(now - value, _q(snap))
+
+    return fn
+
+
+class Instruments:
+    """Creates every wmobs instrument on ``meter_provider`` (default: the global one).
+
+    Observable instruments read ``tracker`` when collected; only the batch-duration histogram
+    is recorded synchronously, by :meth:`record_batch_duration`.
+    """
+
+    def __init__(self, tracker: Tracker, meter_provider: MeterProvider | None = None) -> None:
+        self._tracker = tracker
+        meter = get_meter("wmobs", __version__, meter_provider)
+
+        def gauge(name: str, unit: str, description: str, fn: ObserveFn) -> None:
+            meter.create_observable_gauge(
+                name, callbacks=[self._callback(fn)], unit=unit, description=description
+            )
+
+        def counter(name: str, unit: str, description: str, fn: ObserveFn) -> None:
+            meter.create_observable_counter(
+                name, callbacks=[self._callback(fn)], unit=unit, description=description
+            )
+
+        gauge(
+            "wmobs.watermark.delay", "s",
+            "Wall clock at collection minus the largest watermark seen.",
+            _active_time_gauge("watermark"),
+        )  # fmt: skip
+        gauge(
+            "wmobs.watermark.timestamp", "s",
+            "Largest watermark seen, unix seconds.",
+            self._watermark_timestamp,
+        )  # fmt: skip
+        gauge(
+            "wmobs.event_time.lag", "s",
+            "Wall clock at collection minus the largest event time seen.",
+            _active_time_gauge("max_event_time"),
+        )  # fmt: skip
+        gauge(
+            "wmobs.source.idle", "s",
+            "Wall clock minus the end of the last micro-batch that had input rows.",
+            _active_time_gauge("last_data_batch_end"),
+        )  # fmt: skip
+        counter("wmobs.input.rows", "{row}", "Rows read by the query.", self._input_rows)
+        counter(
+            "wmobs.rows.dropped_by_watermark", "{row}",
+            "Spark's numRowsDroppedByWatermark per stateful operator (after partial aggregation).",
+            self._dropped_by_watermark,
+        )  # fmt: skip
+        gauge("wmobs.state.rows", "{row}", "Rows in state.", self._state_rows)
+        gauge("wmobs.state.memory", "By", "Memory used by state.", self._state_memory)
+        counter(
+            "wmobs.policy.events", "{event}",
+            "Rows per time-policy verdict.",
+            self._policy_events,
+        )  # fmt: skip
+        counter(
+            "wmobs.dead_letter.rows", "{row}",
+            "Rows written to the dead-letter destination.",
+            self._dead_letter_rows,
+        )  # fmt: skip
+        counter(
+            "wmobs.idle_timeout.firings", "{firing}",
+            "Windows closed by the idle timeout.",
+            self._idle_timeout_firings,
+        )  # fmt: skip
+        gauge(
+            "wmobs.query.active", "{query}",
+            "1 while the query runs, 0 after it terminated.",
+            self._query_active,
+        )  # fmt: skip
+        counter(
+            "wmobs.query.terminations", "{query}",
+            "Query terminations by outcome (stopped, failed).",
+            self._terminations,
+        )  # fmt: skip
+        self._batch_duration = meter.create_histogram(
+            "wmobs.batch.duration",
+            unit="s",
+            description="Trigger execution time per micro-batch.",
+            explicit_bucket_boundaries_advisory=BATCH_DURATION_BUCKETS,
+        )
+
+    def _callback(self, fn: ObserveFn) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        tracker = self._tracker
+
+        def callback(options: CallbackOptions) -> list[Observation]:
+            return tracker.observe(fn)
+
+        return callback
+
+    def record_batch_duration(self, label: str, seconds: float) -> None:
+        self._batch_duration.record(seconds, {"query": label})
+
+    # ---- callbacks: (snapshot, now) -> observations ------------------------------------
+
+    @staticmethod
+    def _watermark_timestamp(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        if snap.active and snap.watermark is not None:
+            yield Observation(snap.watermark, _q(snap))
+
+    @staticmethod
+    def _input_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        yield Observation(snap.input_rows, _q(snap))
+
+    @staticmethod
+    def _dropped_by_watermark(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        for op, state in snap.operators.items():
+            yield Observation(
+                state.rows_dropped_by_watermark, {"query": snap.label, "operator": op}
+            )
+
+    @staticmethod
+    def _state_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        if snap.active:
+            for op, state in snap.operators.items():
+                if state.state_rows is not None:
+                    yield Observation(state.state_rows, {"query": snap.label, "operator": op})
+
+    @staticmethod
+    def _state_memory(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        if snap.active:
+            for op, state in snap.operators.items():
+                if state.state_memory_bytes is not None:
+                    yield Observation(
+                        state.state_memory_bytes, {"query": snap.label, "operator": op}
+                    )
+
+    @staticmethod
+    def _policy_events(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        for (policy, action), count in snap.policy_events.items():
+            yield Observation(count, {"query": snap.label, "policy": policy, "action": action})
+
+    @staticmethod
+    def _dead_letter_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        if snap.dead_letter_rows is not None:
+            yield Observation(snap.dead_letter_rows, _q(snap))
+
+    @staticmethod
+    def _idle_timeout_firings(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        if snap.idle_timeout_firings is not None:
+            yield Observation(snap.idle_timeout_firings, _q(snap))
+
+    @staticmethod
+    def _query_active(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        yield Observation(1 if snap.active else 0, _q(snap))
+
+    @staticmethod
+    def _terminations(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        for outcome, count in snap.terminations.items():
+            yield Observation(count, {"query": snap.label, "outcome": outcome})

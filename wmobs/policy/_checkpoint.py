@@ -1,0 +1,155 @@
+"""The one reader of what Spark writes into a query's checkpoint, and of where a task runs.
+
+Spark writes ``<checkpoint>/offsets/<batchId>`` before micro-batch ``batchId`` runs: a version
+line, a JSON line with ``batchWatermarkMs`` and ``batchTimestampMs``, then one line per source
+with the offset that batch reads up to (``-`` for none). ``<checkpoint>/metadata`` holds the
+query's id. Python tasks of a micro-batch see its id, the query's id and (for a named query)
+its name as local properties of the task.
+
+Everything wmobs reads beside Spark goes through :mod:`wmobs.policy._storage`, so the
+checkpoint may be on any filesystem it knows. Importing this module does not import PySpark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from wmobs.policy._storage import read_text
+
+__all__ = [
+    "BatchTimes",
+    "CheckpointNotFoundError",
+    "OffsetsEntry",
+    "TaskMicroBatch",
+    "parse_offsets",
+    "read_batch_times",
+    "task_batch_id",
+    "task_batch_times",
+    "task_micro_batch",
+]
+
+_HINT = (
+    "Pass the query's checkpointLocation to TimePolicy.apply(df, checkpoint_location=...), "
+    "or name the query and set spark.sql.streaming.checkpointLocation."
+)
+
+
+class CheckpointNotFoundError(RuntimeError):
+    """The query's checkpoint cannot be found or read."""
+
+
+@dataclass(frozen=True)
+class OffsetsEntry:
+    """One ``offsets/<batchId>`` file."""
+
+    watermark_ms: int | None
+    """``batchWatermarkMs``; ``None`` while the query has no watermark yet (Spark writes 0)."""
+    timestamp_ms: int | None
+    """``batchTimestampMs``: the batch's ``current_timestamp()``."""
+    sources: tuple[str, ...]
+    """One line per source: the offset the batch reads up to, ``-`` for none."""
+
+
+def parse_offsets(text: str) -> OffsetsEntry:
+    """An ``offsets/<batchId>`` file's text; ``ValueError`` when it is incomplete."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        raise ValueError("incomplete offsets file (being written?)")
+    metadata = json.loads(lines[1])
+    watermark = int(metadata.get("batchWatermarkMs", 0))
+    timestamp = metadata.get("batchTimestampMs")
+    return OffsetsEntry(
+        watermark if watermark > 0 else None,
+        None if timestamp is None else int(timestamp),
+        tuple(lines[2:]),
+    )
+
+
+class BatchTimes(NamedTuple):
+    """What the offsets log says of one micro-batch's times."""
+
+    batch_id: int
+    watermark_ms: int | None  # None: no watermark yet
+    timestamp_ms: int | None  # the batch's current_timestamp()
+
+
+def read_batch_times(checkpoint: str, batch_id: int, query_id: str | None) -> BatchTimes:
+    """``batchWatermarkMs`` and ``batchTimestampMs`` of ``batch_id`` in ``checkpoint``.
+
+    Checks that the checkpoint belongs to ``query_id``, so a wrong path fails loudly rather
+    than judging rows against another query's watermark.
+    """
+    base = checkpoint.rstrip("/")
+    try:
+        if query_id is not None:
+            meta = json.loads(read_text(f"{base}/metadata"))
+            if meta.get("id") != query_id:
+                raise CheckpointNotFoundError(
+                    f"{base} is the checkpoint of query {meta.get('id')}, not of {query_id}"
+                )
+        entry = parse_offsets(read_text(f"{base}/offsets/{batch_id}"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointNotFoundError(
+            f"wmobs TimePolicy could not read the watermark of batch {batch_id} from the "
+            f"checkpoint {base!r} ({exc}). {_HINT}"
+        ) from exc
+    return BatchTimes(batch_id, entry.watermark_ms, entry.timestamp_ms)
+
+
+def _task_properties() -> dict[str, Any]:
+    """The local properties of the running Spark task (empty outside a task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return dict(getattr(context, "_localProperties", None) or {})
+
+
+def task_batch_id() -> int | None:
+    """The micro-batch the running task belongs to; ``None`` outside a streaming batch."""
+    batch = _task_properties().get("streaming.sql.batchId")
+    return None if batch is None else int(batch)
+
+
+def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
+    if configured:
+        return configured
+    root = props.get("spark.sql.streaming.checkpointLocation")
+    description = props.get("spark.job.description") or ""
+    name = description.split("\n", 1)[0].strip()
+    if root and name and not name.startswith("id = "):
+        return f"{str(root).rstrip('/')}/{name}"
+    raise CheckpointNotFoundError(
+        f"wmobs TimePolicy needs the query's checkpoint location to read the batch watermark. "
+        f"{_HINT}"
+    )
+
+
+class TaskMicroBatch(NamedTuple):
+    """Where a Spark task runs: its micro-batch, the query's checkpoint and id."""
+
+    batch_id: int
+    checkpoint: str
+    query_id: str | None
+
+
+def task_micro_batch(configured_checkpoint: str) -> TaskMicroBatch | None:
+    """Inside a Spark task of a micro-batch: which one, and the query's checkpoint (the
+    configured one, or found for a named query); ``None`` outside a streaming micro-batch
+    (e.g. ``df.explain``)."""
+    props = _task_properties()
+    batch = props.get("streaming.sql.batchId")
+    if batch is None:
+        return None
+    checkpoint = _resolve_checkpoint(configured_checkpoint, props)
+    return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))
+
+
+def task_batch_times(configured_checkpoint: str) -> BatchTimes | None:
+    """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
+    ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+    task = task_micro_batch(configured_checkpoint)
+    if task is None:
+        return None
+    return read_batch_times(task.checkpoint, task.batch_id, task.query_id)

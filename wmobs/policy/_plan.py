@@ -1,0 +1,342 @@
+"""How a :class:`~wmobs.TimePolicy` becomes part of a query plan: stateless Column expressions
+for the arrival policies, the batch's times joined in from the checkpoint, out of order against
+the batch watermark (global) or per key (substreams), the idle-timeout heartbeat, the counts.
+
+Validation happens before any of this, in :mod:`wmobs.policy._time_policy`; every function
+here takes a valid policy and its resolved :class:`~wmobs.policy._durations.Tolerances`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wmobs.observations import DEAD_LETTER_COLUMN, IDLE_TIMEOUT_COLUMN, policy_column
+from wmobs.policy._durations import Tolerances
+from wmobs.policy._idle import HEARTBEAT, REAL, default_check_interval_ms
+from wmobs.policy._verdicts import (
+    ARRIVAL,
+    BATCH_TIME,
+    DROP_POLICIES,
+    DROPPED_BITS,
+    EARLY_ADJUSTED,
+    EARLY_DROPPED,
+    IDLE,
+    INVALID_DROPPED,
+    KEY,
+    LATE_ADJUSTED,
+    LATE_DROPPED,
+    OOO_ADJUSTED,
+    OOO_DROPPED,
+    TS,
+    VERDICT,
+    VERDICT_BITS,
+    WATERMARK,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+    from wmobs.policy._time_policy import TimePolicy
+    from wmobs.policy.deadletter import DeadLetter
+
+__all__ = ["SYSTEM_TIMESTAMP", "build"]
+
+SYSTEM_TIMESTAMP = "system_timestamp"
+_PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
+
+
+def build(
+    policy: TimePolicy,
+    tolerances: Tolerances,
+    df: DataFrame,
+    checkpoint: str | None,
+    sink: DeadLetter | None,
+) -> DataFrame:
+    """``df`` judged by ``policy``: its columns, ``system_timestamp`` and the watermark."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy.deadletter import dead_letter_stage
+
+    columns = df.columns
+    idle = tolerances.idle_timeout_us is not None
+    if policy.substream_by is None:
+        staged = _global_out_of_order(policy, _judge_arrival(policy, tolerances, df, checkpoint))
+        if idle:
+            staged = staged.withColumn(IDLE, F.lit(REAL).cast("long"))
+            staged = staged.unionByName(_heartbeat(policy, tolerances, staged, checkpoint))
+    else:
+        staged = _substream_out_of_order(policy, tolerances, df, checkpoint)
+    observed = staged.observe(policy.observation_name, *_counts(policy, sink is not None, idle))
+    if sink is None:
+        kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
+    else:
+        stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
+        kept = observed.mapInArrow(stage, observed.schema)
+    out = kept.select(
+        *[F.col(f"`{c}`") for c in columns],
+        F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
+        *([F.col(IDLE)] if idle else []),
+    ).withWatermark(SYSTEM_TIMESTAMP, f"{tolerances.out_of_order_us} microseconds")
+    if not idle:
+        return out
+    # Synthetic rows have moved the watermark (above); none goes further. The filter names
+    # system_timestamp so the optimizer cannot push it below withWatermark.
+    real = (F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
+    return out.filter(real).drop(IDLE)
+
+
+# ---- the arrival policies ------------------------------------------------------------------
+
+
+def _event_micros(policy: TimePolicy, df: DataFrame) -> Column:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    column = F.col(f"`{policy.event_time}`")
+    if isinstance(df.schema[policy.event_time].dataType, StringType):
+        column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
+    return F.unix_micros(column.cast("timestamp"))
+
+
+def _arrival_micros(policy: TimePolicy) -> Column:
+    """The arrival time column; null where the micro-batch's time stands in for it."""
+    from pyspark.sql import functions as F
+
+    if policy.arrival_time is None:
+        return F.lit(None).cast("long")
+    return F.unix_micros(F.col(f"`{policy.arrival_time}`").cast("timestamp"))
+
+
+def _judge_arrival(
+    policy: TimePolicy, tolerances: Tolerances, df: DataFrame, checkpoint: str | None
+) -> DataFrame:
+    """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
+    by the arrival policies."""
+    from pyspark.sql import functions as F
+
+    staged = df.select(
+        *[F.col(f"`{c}`") for c in df.columns],
+        _event_micros(policy, df).alias(TS),
+        _arrival_micros(policy).alias(ARRIVAL),
+    )
+    staged = _join_batch_times(staged, checkpoint)
+    return _arrival_policies(policy, tolerances, staged, F.col(BATCH_TIME) * F.lit(1000))
+
+
+def _arrival_policies(
+    policy: TimePolicy, tolerances: Tolerances, df: DataFrame, batch_time: Column
+) -> DataFrame:
+    """Invalid time, early and late arrival: stateless Column expressions (JVM only).
+    ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
+    from pyspark.sql import functions as F
+
+    df = _replace(df, {ARRIVAL: F.coalesce(F.col(ARRIVAL), batch_time)})
+    ts, arrival = F.col(TS), F.col(ARRIVAL)
+    verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
+    system = ts
+    if tolerances.early_arrival_us is not None:
+        early = ts.isNotNull() & (ts > arrival + F.lit(tolerances.early_arrival_us))
+        drop = policy.early_arrival_action == "drop"
+        verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(verdict)
+        if not drop:
+            system = F.when(early, arrival).otherwise(system)
+    late_floor = arrival - F.lit(tolerances.late_arrival_us)
+    late = (verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0) & (system < late_floor)
+    if policy.late_arrival_action == "drop":
+        verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_DROPPED))).otherwise(verdict)
+    else:
+        verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_ADJUSTED))).otherwise(verdict)
+        system = F.when(late, late_floor).otherwise(system)
+    return _replace(df, {TS: system, VERDICT: verdict})
+
+
+def _join_batch_times(df: DataFrame, checkpoint: str | None) -> DataFrame:
+    """The micro-batch's watermark and timestamp on every row, read once per batch from
+    the checkpoint (:mod:`wmobs.policy._watermark_source`)."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
+
+    spark = df.sparkSession
+    spark.dataSource.register(WatermarkSource)
+    source = spark.read.format(SOURCE_NAME).option("checkpoint", checkpoint or "").load()
+    # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
+    # measured slower: Spark re-plans the Python data source for it in every batch.)
+    return df.crossJoin(F.broadcast(source.select(WATERMARK, BATCH_TIME)))
+
+
+# ---- out of order ----------------------------------------------------------------------------
+
+
+def _global_out_of_order(policy: TimePolicy, df: DataFrame) -> DataFrame:
+    """Against the micro-batch's watermark (joined by :func:`_join_batch_times`)."""
+    from pyspark.sql import functions as F
+
+    mark = F.col(WATERMARK) * F.lit(1000)
+    candidate = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
+    behind = candidate & mark.isNotNull() & (F.col(TS) < mark)
+    drop = policy.out_of_order_action == "drop"
+    bit = F.lit(OOO_DROPPED if drop else OOO_ADJUSTED)
+    replaced = {VERDICT: F.when(behind, F.col(VERDICT).bitwiseOR(bit)).otherwise(F.col(VERDICT))}
+    if not drop:
+        replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
+    return _replace(df, replaced).drop(WATERMARK, BATCH_TIME)
+
+
+def _substream_out_of_order(
+    policy: TimePolicy, tolerances: Tolerances, df: DataFrame, checkpoint: str | None
+) -> DataFrame:
+    """The arrival policies, then out of order per key, in arrival order: rows partitioned
+    by key bucket, judged by one ``mapInArrow`` task per partition that keeps its keys'
+    state in the checkpoint (:mod:`wmobs.policy._substream_stage`)."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy._substream_judge import SubstreamConfig
+    from wmobs.policy._substream_stage import Columns, substream_stage
+    from wmobs.policy._substream_state import BUCKETS, state_directory
+
+    drop = policy.out_of_order_action == "drop"
+    ttl_us, idle_us = tolerances.substream_ttl_us, tolerances.idle_timeout_us
+    config = SubstreamConfig(
+        tolerance_us=tolerances.out_of_order_us,
+        drop=drop,
+        ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
+        idle_timeout_ms=None if idle_us is None else idle_us // 1000,
+        candidate_bits=DROPPED_BITS,
+        ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
+    )
+    if policy.name is None:
+        import structlog
+
+        structlog.get_logger("wmobs").warning(
+            "wmobs.substream_policy_unnamed",
+            state=state_directory(policy.state_name),
+            hint="pass TimePolicy(name=...) so that the per-key state is found again "
+            "after a restart even if the code creates its policies in another order",
+        )
+    keys = [F.col(f"`{c}`") for c in policy.substream_by or ()]
+    keyed = df.withColumn(KEY, F.xxhash64(*keys))
+    if idle_us is not None:
+        keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
+        keyed = keyed.unionByName(_heartbeat(policy, tolerances, keyed, None))
+    # Partitioned by key bucket before the times and verdicts are computed, so that only
+    # the input columns and the key go through the shuffle.
+    partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
+    staged = _judge_arrival(policy, tolerances, partitioned, checkpoint)
+    staged = staged.drop(WATERMARK, BATCH_TIME)
+    output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
+    stage = substream_stage(
+        config,
+        Columns(KEY, TS, ARRIVAL, VERDICT, IDLE if idle_us is not None else None, tuple(output)),
+        checkpoint=checkpoint or "",
+        directory=state_directory(policy.state_name),
+    )
+    return staged.mapInArrow(stage, staged.select(*[F.col(f"`{c}`") for c in output]).schema)
+
+
+# ---- the idle timeout ----------------------------------------------------------------------
+
+
+def _heartbeat(
+    policy: TimePolicy, tolerances: Tolerances, like: DataFrame, checkpoint: str | None
+) -> DataFrame:
+    """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
+    synthetic row of each tick, with substreams one wake-up row per key bucket."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
+    from wmobs.policy._substream_state import BUCKETS
+
+    assert tolerances.idle_timeout_us is not None
+    spark = like.sparkSession
+    spark.dataSource.register(IdleHeartbeatSource)
+    timeout_ms = tolerances.idle_timeout_us // 1000
+    interval_us = tolerances.idle_check_interval_us
+    interval_ms = (
+        default_check_interval_ms(timeout_ms) if interval_us is None else interval_us // 1000
+    )
+    substreams = policy.substream_by is not None
+    beats = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("mode", "substreams" if substreams else "global")
+        .option("checkpoint", checkpoint or "")
+        .option("timeout_ms", str(timeout_ms))
+        .option("interval_ms", str(interval_ms))
+        .option("delay_ms", str(tolerances.out_of_order_us // 1000))
+        .option("buckets", str(BUCKETS))
+        .load()
+    )
+    special = {
+        TS: F.lit(0) if substreams else F.col("wmobs_idle_ts_us"),
+        IDLE: F.lit(HEARTBEAT) if substreams else F.col("wmobs_idle_firings"),
+        KEY: F.col("wmobs_idle_bucket"),
+    }
+    return beats.select(
+        *[
+            special.get(f.name, _placeholder(f.dataType)).cast(f.dataType).alias(f.name)
+            for f in like.schema.fields
+        ]
+    )
+
+
+# ---- the counts ----------------------------------------------------------------------------
+
+
+def _can_happen(policy: TimePolicy, name: str, action: str) -> bool:
+    """Only these verdicts are observed; the listener exports the others as 0."""
+    configured = {
+        "invalid_time": "drop",
+        "early_arrival": policy.early_arrival_action if policy.early_arrival is not None else None,
+        "late_arrival": policy.late_arrival_action,
+        "out_of_order": policy.out_of_order_action,
+    }[name]
+    return configured is not None and _PAST_TENSE[configured] == action
+
+
+def _counts(policy: TimePolicy, dead_letters: bool, idle: bool) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    verdict = F.col(VERDICT)
+    counts = [
+        F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(name, action))
+        for (name, action), bit in VERDICT_BITS.items()
+        if _can_happen(policy, name, action)
+    ]
+    if dead_letters:  # the stage after this one hands every dropped row over, or fails
+        dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
+        counts.append(F.count_if(dropped).alias(DEAD_LETTER_COLUMN))
+    if idle:  # synthetic rows carry their firings; real rows -1
+        firings = F.when(F.col(IDLE) > 0, F.col(IDLE)).otherwise(F.lit(0))
+        counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
+    return counts
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def _placeholder(data_type: DataType) -> Column:
+    """A non-null value of ``data_type`` for the columns of a synthetic row (never seen by the
+    user: a null would turn a whole integer column into floats on its way through pandas)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        return F.struct(*[_placeholder(f.dataType).alias(f.name) for f in data_type.fields])
+    if isinstance(data_type, T.ArrayType):
+        return F.array().cast(data_type)
+    if isinstance(data_type, T.MapType):
+        return F.create_map().cast(data_type)
+    if isinstance(data_type, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        return F.lit("1970-01-01").cast(data_type)
+    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType, T.BinaryType)):
+        return F.lit(0).cast(data_type)
+    return F.lit(None).cast(data_type)
+
+
+def _replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:
+    """Replace ``columns`` at once: every new value is computed from the old ones."""
+    from pyspark.sql import functions as F
+
+    kept = [F.col(f"`{c}`") for c in df.columns if c not in columns]
+    return df.select(*kept, *[value.alias(name) for name, value in columns.items()])

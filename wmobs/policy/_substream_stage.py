@@ -1,0 +1,174 @@
+"""Substreams, the stage: the ``mapInArrow`` function over rows partitioned by key bucket.
+
+Spark shuffles the rows by key bucket (``pmod(key, BUCKETS)``); each task loads the state of
+its buckets (:mod:`wmobs.policy._substream_state`), judges all its rows at once
+(:func:`wmobs.policy._substream_judge.judge_partition`), stores the state back and yields the
+rows with their system timestamps and verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wmobs.policy._checkpoint import task_micro_batch
+from wmobs.policy._idle import HEARTBEAT
+from wmobs.policy._substream_judge import SubstreamConfig, judge_partition
+from wmobs.policy._substream_state import BUCKETS, KeyState, StateStore
+
+__all__ = ["Columns", "substream_stage"]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where the operator finds its inputs (the policy's internal column names)."""
+
+    key: str
+    """64-bit hash of the substream columns; its bucket is ``key mod BUCKETS``. Heartbeat rows
+    carry the bucket they wake."""
+    ts: str
+    arrival: str
+    verdict: str
+    idle: str | None = None
+    output: tuple[str, ...] = ()
+    """The columns to yield, in order (the key and arrival time are not needed after this)."""
+
+
+def substream_stage(
+    config: SubstreamConfig,
+    columns: Columns,
+    *,
+    checkpoint: str,
+    directory: str,
+    clock: Callable[[], float] | None = None,
+    batch_id: Callable[[], int | None] | None = None,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function over rows partitioned by key bucket.
+
+    Each task reads the state of its buckets from ``<checkpoint>/<directory>``
+    (:class:`StateStore`), judges all its rows at once (:func:`judge_partition`), writes the
+    state back and yields the rows' ``columns.output`` with ``columns.ts`` and
+    ``columns.verdict`` replaced. With
+    the idle timeout, heartbeat rows (``columns.idle == HEARTBEAT``) are consumed and one
+    synthetic row (``columns.idle`` = firings) is yielded when clocks moved.
+
+    ``clock`` (unix seconds) and ``batch_id`` stand in for the wall clock and the task's
+    micro-batch in tests (``checkpoint`` is then the state's root); outside a micro-batch the
+    rows are judged against an empty state, and nothing is stored.
+    """
+    import time
+
+    now_s = clock or time.time
+
+    def stage(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        parts = [b for b in batches if b.num_rows]
+        if not parts:
+            return
+        now_ms = int(now_s() * 1000)
+
+        def column(name: str) -> Any:
+            return pa.chunked_array([b.column(name) for b in parts])
+
+        ts_column = column(columns.ts)
+        null_ts = ts_column.is_null().to_numpy() if ts_column.null_count else None
+        ts = pc.fill_null(ts_column, 0).to_numpy()
+        keys = column(columns.key).to_numpy()
+        arrival = column(columns.arrival).to_numpy()
+        verdicts = column(columns.verdict).to_numpy()
+        buckets = np.unique(np.mod(keys, BUCKETS)).tolist()
+        beats = None
+        if columns.idle is not None and config.idle_timeout_ms is not None:
+            beats = column(columns.idle).to_numpy() == HEARTBEAT
+            if not beats.any():
+                beats = None
+        real = slice(None) if beats is None else ~beats
+
+        where = _micro_batch(checkpoint, batch_id)
+        store = None if where is None else StateStore(f"{where[1].rstrip('/')}/{directory}")
+        loaded: dict[int, KeyState] = {}
+        if store is not None and where is not None:
+            loaded = {bucket: store.load(bucket, where[0]) for bucket in buckets}
+        state = KeyState.concat(loaded.values())
+        judged, state = judge_partition(
+            state,
+            keys[real],
+            arrival[real],
+            ts[real],
+            verdicts[real],
+            heartbeat=beats is not None,
+            now_ms=now_ms,
+            config=config,
+        )
+        if store is not None and where is not None:
+            for bucket, part in state.split(buckets).items():
+                if len(part) or len(loaded[bucket]):  # nothing before or after: no file
+                    store.save(bucket, where[0], part)
+
+        system, verdict = ts.copy(), verdicts.copy()
+        system[real], verdict[real] = judged.system_us, judged.verdicts
+        schema = pa.schema([parts[0].schema.field(name) for name in columns.output])
+        offset = 0
+        for part in parts:
+            end = offset + part.num_rows
+            mask = None if null_ts is None else null_ts[offset:end]
+            replaced = {
+                columns.ts: pa.array(system[offset:end], pa.int64(), mask=mask),
+                columns.verdict: pa.array(verdict[offset:end], pa.int64()),
+            }
+            arrays = [replaced[n] if n in replaced else part.column(n) for n in columns.output]
+            out = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            if beats is not None:
+                out = out.filter(pa.array(~beats[offset:end]))
+            if out.num_rows:
+                yield out
+            offset = end
+        if judged.synthetic is not None and beats is not None and columns.idle is not None:
+            yield _synthetic_row(parts, beats, columns, judged.synthetic, schema)
+
+    return stage
+
+
+def _synthetic_row(
+    parts: list[Any],
+    beats: npt.NDArray[np.bool_],
+    columns: Columns,
+    synthetic: tuple[int, int],
+    schema: Any,
+) -> Any:
+    """A heartbeat row (placeholders in every user column) carrying the moved clock."""
+    import pyarrow as pa
+
+    first = int(np.flatnonzero(beats)[0])
+    for part in parts:
+        if first < part.num_rows:
+            row = part.slice(first, 1)
+            break
+        first -= part.num_rows
+    top, firings = synthetic
+    replaced = {
+        columns.ts: pa.array([top], pa.int64()),
+        columns.verdict: pa.array([0], pa.int64()),  # whatever the heartbeat row was judged
+        columns.idle: pa.array([firings], pa.int64()),
+    }
+    arrays = [replaced[n] if n in replaced else row.column(n) for n in columns.output]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _micro_batch(
+    checkpoint: str, batch_id: Callable[[], int | None] | None
+) -> tuple[int, str] | None:
+    """``(micro-batch id, the query's checkpoint)`` of the running task (or as the tests say);
+    ``None`` outside a micro-batch."""
+    if batch_id is not None:
+        batch = batch_id()
+        return None if batch is None else (batch, checkpoint)
+
+    task = task_micro_batch(checkpoint)
+    return None if task is None else (task.batch_id, task.checkpoint)

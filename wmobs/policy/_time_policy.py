@@ -1,0 +1,232 @@
+"""Time policies: early arrival, late arrival, out of order, invalid time — every row counted.
+
+Azure Stream Analytics-style event-ordering policies for Spark Structured Streaming::
+
+    from wmobs import TimePolicy
+
+    policy = TimePolicy(event_time="EventTime", arrival_time="ArrivalTime")
+    out = policy.apply(df, checkpoint_location="/chk/q")   # the query's checkpointLocation
+    out.groupBy(F.window("system_timestamp", "1 minute")).count().writeStream...
+
+Each row gets one verdict per policy, in this order (the README's "Time policies"):
+
+1. **invalid time** — event time null or unparseable: dropped (counted, never given a made-up
+   time).
+2. **early arrival** — event time more than ``early_arrival`` ahead of arrival time: dropped,
+   or adjusted to the arrival time. A dropped early row never moves the watermark.
+3. **late arrival** — event time more than ``late_arrival`` behind arrival time: adjusted to
+   ``arrival_time - late_arrival``, or dropped.
+4. **out of order** — the (possibly adjusted) time is below the watermark: adjusted up to the
+   watermark, or dropped. Globally the watermark is the one in force for the micro-batch
+   (largest system timestamp of earlier batches minus ``out_of_order``), exactly as Spark's own
+   operators see it; with ``substream_by`` every key has its own, exact per event.
+
+The result keeps every input column unchanged and adds ``system_timestamp`` (the time after the
+policies, with Spark's watermark on it): ``system_timestamp != event time`` marks adjusted rows.
+Counts per (policy, action) are observed with ``DataFrame.observe`` under the name
+``wmobs.policy.<name>`` and exported by :func:`wmobs.attach` as ``wmobs_policy_events_total``.
+
+How the global policy knows the batch watermark: Spark writes it into the checkpoint
+(``offsets/<batchId>``) before the batch runs; a one-row Python data source reads it once per
+micro-batch and is broadcast into the plan, so no Python runs per row. That is why ``apply``
+needs the query's checkpoint location (or a named query under the session's
+``spark.sql.streaming.checkpointLocation``); a wrong one fails the query loudly. The same read
+gives the batch timestamp (for rows without an arrival time): ``current_timestamp()`` would put
+it into the generated code as a literal, which Spark then compiles anew in every micro-batch.
+
+``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
+clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
+rows that carry it (:mod:`wmobs.policy._idle`); each idle period is one firing, observed as
+``idle_timeout_firings``.
+
+Substreams partition the rows by key bucket and judge each partition in one ``mapInArrow``
+task, vectorised; the per-key state lives in the query's checkpoint next to Spark's own
+(``<checkpoint>/wmobs/substreams/<policy name>/``), versioned by micro-batch, so it survives
+restarts and retries exactly once. Any state store provider works.
+
+This module validates; :mod:`wmobs.policy._plan` builds the plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from wmobs.observations import OBSERVATION_PREFIX
+from wmobs.policy._durations import Tolerances
+from wmobs.policy._plan import SYSTEM_TIMESTAMP, build
+from wmobs.policy._verdicts import INTERNAL
+from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
+
+_ACTIONS = ("adjust", "drop")
+_names = itertools.count()
+
+
+def _action(value: str, argument: str) -> str:
+    if value not in _ACTIONS:
+        raise ValueError(f"{argument}: must be 'adjust' or 'drop', got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class TimePolicy:
+    """Event-ordering policies for one streaming DataFrame (see the module documentation).
+
+    Durations accept Spark interval strings (``"5 minutes"``) and ``datetime.timedelta``.
+    """
+
+    event_time: str = "EventTime"
+    arrival_time: str | None = "ArrivalTime"
+    early_arrival: str | timedelta | None = "5 minutes"
+    early_arrival_action: str = "drop"
+    late_arrival: str | timedelta = "5 seconds"
+    late_arrival_action: str = "adjust"
+    out_of_order: str | timedelta = "0 seconds"
+    out_of_order_action: str = "adjust"
+    substream_by: Sequence[str] | None = None
+    name: str | None = None
+    substream_ttl: str | timedelta | None = None
+    """With ``substream_by``: forget a key not seen for this long (processing time).
+
+    ``None`` keeps two longs per key for as long as the query runs. Keys are forgotten when
+    their bucket next receives rows; a forgotten key that returns starts afresh.
+    """
+    idle_timeout: str | timedelta | None = None
+    """Close the windows of a quiet stream: once the stream (with ``substream_by``: a key) has
+    had no input for this long (processing time), its clock runs on with processing time, so
+    Spark's watermark advances and a downstream window aggregation emits without new rows.
+    ``None`` (the default) is off. See :mod:`wmobs.policy._idle` for the exact rule."""
+    idle_check_interval: str | timedelta | None = None
+    """How often the idle timeout looks (default: a quarter of ``idle_timeout``, within
+    100 ms..5 s). Windows close at most this much later than the rule says."""
+    tolerances: Tolerances = field(init=False, repr=False, compare=False)
+    """The durations above, resolved to microseconds."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.event_time, str) or not self.event_time:
+            raise TypeError("event_time: expected a column name")
+        if self.arrival_time is not None and not isinstance(self.arrival_time, str):
+            raise TypeError("arrival_time: expected a column name or None")
+        tolerances = Tolerances.resolve(
+            late_arrival=self.late_arrival,
+            out_of_order=self.out_of_order,
+            early_arrival=self.early_arrival,
+            substream_ttl=self.substream_ttl,
+            idle_timeout=self.idle_timeout,
+            idle_check_interval=self.idle_check_interval,
+        )
+        _action(self.early_arrival_action, "early_arrival_action")
+        _action(self.late_arrival_action, "late_arrival_action")
+        _action(self.out_of_order_action, "out_of_order_action")
+        if self.substream_by is not None:
+            if isinstance(self.substream_by, str) or not all(
+                isinstance(c, str) for c in self.substream_by
+            ):
+                raise TypeError("substream_by: expected a list of column names, e.g. ['deviceId']")
+            if not self.substream_by:
+                raise ValueError("substream_by: empty; use None for one global watermark")
+        if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(f"name: use letters, digits, '_', '.' or '-', got {self.name!r}")
+        object.__setattr__(self, "tolerances", tolerances)
+
+    # ---- public ---------------------------------------------------------------------------
+
+    @property
+    def observation_name(self) -> str:
+        """The ``DataFrame.observe`` name this policy's counts are reported under."""
+        return f"{OBSERVATION_PREFIX}.policy.{self.state_name}"
+
+    @property
+    def state_name(self) -> str:
+        """``name``, or one generated in the order policies are created (for the observation
+        and the substream state directory)."""
+        if self.name is not None:
+            return self.name
+        generated = getattr(self, "_generated_name", None)
+        if generated is None:
+            base = re.sub(r"[^A-Za-z0-9_]+", "_", self.event_time)
+            generated = f"{base}_{next(_names)}"
+            object.__setattr__(self, "_generated_name", generated)
+        return str(generated)
+
+    def apply(
+        self,
+        df: DataFrame,
+        *,
+        checkpoint_location: str | None = None,
+        dead_letter: DeadLetter | str | os.PathLike[str] | DeadLetterFunction | None = None,
+    ) -> DataFrame:
+        """The policies applied to streaming ``df``: every input column unchanged, plus
+        ``system_timestamp`` with the watermark (``out_of_order`` delay) on it.
+
+        ``checkpoint_location``: the ``checkpointLocation`` of the query this DataFrame will
+        run in: every micro-batch reads its watermark and timestamp from it, and substreams
+        keep their per-key state in it (not needed for a named query under the session's
+        ``spark.sql.streaming.checkpointLocation`` root).
+
+        ``dead_letter``: where dropped rows go (a directory, a function, or a
+        :class:`wmobs.DeadLetter`); see :mod:`wmobs.deadletter`. Without it dropped rows are
+        counted, not kept.
+        """
+        sink = None if dead_letter is None else DeadLetter.of(dead_letter)
+        self._check_columns(df)
+        dotted = [c for c in df.columns if "." in c]
+        if dotted and (self.substream_by is not None or sink is not None):
+            raise ValueError(
+                f"apply: column {dotted[0]!r} has a '.' in its name; substream_by and "
+                "dead_letter pass rows through PySpark's mapInArrow, which cannot resolve such "
+                "a column: rename it first (df.withColumnRenamed)"
+            )
+        idle = self.tolerances.idle_timeout_us is not None
+        if idle and self.substream_by is None and checkpoint_location is None:
+            raise ValueError(
+                "idle_timeout: without substream_by the idle timeout reads the query's "
+                "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
+            )
+        return build(self, self.tolerances, df, checkpoint_location, sink)
+
+    # ---- validation -----------------------------------------------------------------------
+
+    def _check_columns(self, df: DataFrame) -> None:
+        from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
+
+        fields = {f.name: f.dataType for f in df.schema.fields}
+        if not df.isStreaming:
+            raise TypeError("apply: expected a streaming DataFrame (spark.readStream...)")
+        checks: list[tuple[str, str, tuple[type, ...]]] = [
+            ("event_time", self.event_time, (TimestampType, TimestampNTZType, StringType))
+        ]
+        if self.arrival_time is not None:
+            checks.append(("arrival_time", self.arrival_time, (TimestampType, TimestampNTZType)))
+        for argument, column, types in checks:
+            if column not in fields:
+                raise ValueError(
+                    f"{argument}: column {column!r} is not in the DataFrame "
+                    f"(columns: {', '.join(fields)})"
+                )
+            if not isinstance(fields[column], types):
+                wanted = " or ".join(t.__name__.replace("Type", "").lower() for t in types)
+                raise TypeError(
+                    f"{argument}: column {column!r} is {fields[column].simpleString()}, "
+                    f"expected {wanted}"
+                )
+        for column in self.substream_by or ():
+            if column not in fields:
+                raise ValueError(f"substream_by: column {column!r} is not in the DataFrame")
+        if SYSTEM_TIMESTAMP in fields:
+            raise ValueError(f"apply: the DataFrame already has a {SYSTEM_TIMESTAMP!r} column")
+        clashes = sorted(set(fields) & set(INTERNAL))
+        if clashes:
+            raise ValueError(
+                f"apply: column {clashes[0]!r} has a name wmobs uses inside the policy; rename it"
+            )

@@ -1,0 +1,50 @@
+"""The verdicts a time policy gives a row, as bits of one internal column, and the names of
+the internal columns the policy's stages pass between them."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DROPPED_BITS",
+    "DROP_POLICIES",
+    "EARLY_ADJUSTED",
+    "EARLY_DROPPED",
+    "INVALID_DROPPED",
+    "LATE_ADJUSTED",
+    "LATE_DROPPED",
+    "OOO_ADJUSTED",
+    "OOO_DROPPED",
+    "VERDICT_BITS",
+]
+
+# Verdict bits, one per (policy, action) that can happen.
+INVALID_DROPPED = 1
+EARLY_ADJUSTED = 2
+EARLY_DROPPED = 4
+LATE_ADJUSTED = 8
+LATE_DROPPED = 16
+OOO_ADJUSTED = 32
+OOO_DROPPED = 64
+VERDICT_BITS: dict[tuple[str, str], int] = {
+    ("invalid_time", "dropped"): INVALID_DROPPED,
+    ("early_arrival", "adjusted"): EARLY_ADJUSTED,
+    ("early_arrival", "dropped"): EARLY_DROPPED,
+    ("late_arrival", "adjusted"): LATE_ADJUSTED,
+    ("late_arrival", "dropped"): LATE_DROPPED,
+    ("out_of_order", "adjusted"): OOO_ADJUSTED,
+    ("out_of_order", "dropped"): OOO_DROPPED,
+}
+DROP_POLICIES: list[tuple[str, int]] = [
+    (policy, bit) for (policy, action), bit in VERDICT_BITS.items() if action == "dropped"
+]
+"""``(policy, bit)`` of every dropping verdict, in the order the policies judge."""
+DROPPED_BITS = sum(bit for _, bit in DROP_POLICIES)
+
+# Internal columns (a user column with one of these names is refused).
+TS = "wmobs__ts_us"
+ARRIVAL = "wmobs__arrival_us"
+VERDICT = "wmobs__verdict"
+KEY = "wmobs__key"
+WATERMARK = "wmobs_watermark_ms"
+BATCH_TIME = "wmobs_batch_time_ms"
+IDLE = "wmobs__idle"
+INTERNAL = (TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE)
