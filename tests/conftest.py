@@ -22,3 +22,15 @@ def spark() -> Iterator[Any]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """A real S3-compatible server on 127.0.0.1 for this test run (moto's standalone server)."""
+    pytest.importorskip("moto")
+    from tests.object_store import start_s3_server
+
+    server = start_s3_server()
+    yield server
+    server.process.terminate()
+    server.process.wait(timeout=30)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from wmobs._version import __version__
 from wmobs.listener import BatchSummary, Monitor, OperatorSnapshot, QuerySnapshot, attach
-from wmobs.policy import DeadLetter, TimePolicy
+from wmobs.policy import DeadLetter, Storage, StorageError, TimePolicy
 
 __all__ = [
     "BatchSummary",
@@ -20,6 +20,8 @@ __all__ = [
     "Monitor",
     "OperatorSnapshot",
     "QuerySnapshot",
+    "Storage",
+    "StorageError",
     "TimePolicy",
     "__version__",
     "attach",

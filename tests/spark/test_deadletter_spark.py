@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,24 @@ EXPECTED_DEAD = {
 EXPECTED_KEPT = {1, 6, 8, 10, 12}
 
 
+def _read_dead_letters(dead: str, request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    """Every dead-letter row with its ``batch_id`` partition, read back without wmobs."""
+    if not dead.startswith("s3a://"):
+        return ds.dataset(dead, format="parquet", partitioning="hive").to_table().to_pylist()
+    import io
+
+    import pyarrow.parquet as pq
+
+    s3 = request.getfixturevalue("s3_server")
+    bucket, prefix = dead[len("s3a://") :].split("/", 1)
+    rows = []
+    for key, body in s3.objects(bucket, prefix + "/").items():
+        assert key.endswith(".parquet") and "/batch_id=" in key, key  # no temporary objects
+        batch = int(key.split("/batch_id=")[1].split("/")[0])
+        rows += [r | {"batch_id": batch} for r in pq.read_table(io.BytesIO(body)).to_pylist()]
+    return rows
+
+
 def _files(directory: Path, batches: list[list[tuple[Any, ...]]], start: int) -> int:
     rows = 0
     for i, batch in enumerate(batches, start=start):
@@ -52,9 +71,19 @@ def _files(directory: Path, batches: list[list[tuple[Any, ...]]], start: int) ->
     return rows
 
 
-def test_conservation_across_restart(spark: Any, tmp_path: Path) -> None:
-    source, sink, dead = tmp_path / "in", tmp_path / "kept", tmp_path / "dead"
+@pytest.mark.parametrize("destination", ["local", "s3a"])
+def test_conservation_across_restart(
+    spark: Any, tmp_path: Path, destination: str, request: pytest.FixtureRequest
+) -> None:
+    """On a local directory, and on ``s3a://`` (a real S3-compatible server on 127.0.0.1,
+    written by the executors' Python workers, read back with boto3)."""
+    source, sink = tmp_path / "in", tmp_path / "kept"
     checkpoint = str(tmp_path / "ckpt")
+    if destination == "local":
+        dead, storage = str(tmp_path / "dead"), None
+    else:
+        s3 = request.getfixturevalue("s3_server")
+        dead, storage = f"s3a://{s3.create_bucket('wmobs-dead-letters')}/dead", s3.storage
     policy = TimePolicy(
         event_time="ts",
         arrival_time="arr",
@@ -71,7 +100,7 @@ def test_conservation_across_restart(spark: Any, tmp_path: Path) -> None:
     def run() -> None:
         stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
         out = policy.apply(
-            stream, checkpoint_location=checkpoint, dead_letter=DeadLetter(str(dead))
+            stream, checkpoint_location=checkpoint, dead_letter=DeadLetter(dead), storage=storage
         )
         query = (
             out.writeStream.queryName("conservation")
@@ -94,7 +123,7 @@ def test_conservation_across_restart(spark: Any, tmp_path: Path) -> None:
         assert snap is not None and snap.terminations["stopped"] == 2
 
     kept = spark.read.parquet(str(sink)).select("id", "ts", "system_timestamp").collect()
-    dead_rows = ds.dataset(str(dead), format="parquet", partitioning="hive").to_table().to_pylist()
+    dead_rows = _read_dead_letters(dead, request)
 
     assert rows_in == 12 == len(kept) + len(dead_rows)
     assert {r.id for r in kept} == EXPECTED_KEPT
@@ -108,3 +137,28 @@ def test_conservation_across_restart(spark: Any, tmp_path: Path) -> None:
     assert dropped[("invalid_time", "dropped")] == 3
     assert dropped[("out_of_order", "dropped")] == 2
     assert snap.input_rows == rows_in
+
+
+def test_apply_checks_where_it_reads_and_writes_on_the_driver(
+    spark: Any, tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad storage is one clear error from ``apply``, never a traceback from an executor."""
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    policy = TimePolicy(event_time="ts", arrival_time="arr")
+    with pytest.raises(wmobs.StorageError, match=r"checkpoint_location: .*scheme 'foo'"):
+        policy.apply(stream, checkpoint_location="foo://bucket/chk")
+    with pytest.raises(wmobs.StorageError, match="'no-such-bucket' does not exist"):
+        policy.apply(
+            stream, checkpoint_location="s3a://no-such-bucket/chk", storage=s3_server.storage
+        )
+    with pytest.raises(wmobs.StorageError, match=r"dead_letter: .*'missing-dead' does not exist"):
+        policy.apply(
+            stream,
+            checkpoint_location=str(tmp_path / "chk"),
+            dead_letter="s3a://missing-dead/x",
+            storage=s3_server.storage,
+        )
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # as without wmobs[gcs]
+    with pytest.raises(wmobs.StorageError, match=r"pip install 'wmobs\[gcs\]'"):
+        policy.apply(stream, checkpoint_location="gs://bucket/chk")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from wmobs import Storage
 from wmobs.policy._idle import HEARTBEAT, REAL
 from wmobs.policy._substream_judge import SubstreamConfig
 from wmobs.policy._substream_stage import Columns, substream_stage
@@ -20,8 +21,9 @@ class SubstreamStage:
     bit 1 drops, out of order is 32) and idle; no tolerance, adjusting; ``options`` overrides
     the :class:`wmobs.policy._substream_judge.SubstreamConfig`."""
 
-    def __init__(self, directory: Path, **options: Any) -> None:
-
+    def __init__(
+        self, directory: Path | str, storage: Storage | None = None, **options: Any
+    ) -> None:
         self.now = 0.0
         self.batch = 0
         defaults = {"tolerance_us": 0, "drop": False, "candidate_bits": 1, "ooo_bit": 32}
@@ -32,10 +34,11 @@ class SubstreamStage:
             columns,
             checkpoint=str(directory),
             directory="state",
+            storage=storage,
             clock=lambda: self.now,
             batch_id=lambda: self.batch,
         )
-        self.store = StateStore(str(directory / "state"))
+        self.store = StateStore(f"{str(directory).rstrip('/')}/state", storage)
 
     def feed(
         self, rows: list[tuple[int, int]], heartbeats: Iterable[int] = ()

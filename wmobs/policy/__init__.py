@@ -15,7 +15,15 @@ and its heartbeat (``_idle``, ``_idle_source``); storage beside Spark (``_storag
 from __future__ import annotations
 
 from wmobs.policy._plan import SYSTEM_TIMESTAMP
+from wmobs.policy._storage import Storage, StorageError
 from wmobs.policy._time_policy import TimePolicy
 from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
 
-__all__ = ["SYSTEM_TIMESTAMP", "DeadLetter", "DeadLetterFunction", "TimePolicy"]
+__all__ = [
+    "SYSTEM_TIMESTAMP",
+    "DeadLetter",
+    "DeadLetterFunction",
+    "Storage",
+    "StorageError",
+    "TimePolicy",
+]

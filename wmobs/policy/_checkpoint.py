@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from wmobs.policy._storage import read_text
+from wmobs.policy._storage import Storage, read_text
 
 __all__ = [
     "BatchTimes",
@@ -75,7 +75,9 @@ class BatchTimes(NamedTuple):
     timestamp_ms: int | None  # the batch's current_timestamp()
 
 
-def read_batch_times(checkpoint: str, batch_id: int, query_id: str | None) -> BatchTimes:
+def read_batch_times(
+    checkpoint: str, batch_id: int, query_id: str | None, storage: Storage | None = None
+) -> BatchTimes:
     """``batchWatermarkMs`` and ``batchTimestampMs`` of ``batch_id`` in ``checkpoint``.
 
     Checks that the checkpoint belongs to ``query_id``, so a wrong path fails loudly rather
@@ -84,12 +86,12 @@ def read_batch_times(checkpoint: str, batch_id: int, query_id: str | None) -> Ba
     base = checkpoint.rstrip("/")
     try:
         if query_id is not None:
-            meta = json.loads(read_text(f"{base}/metadata"))
+            meta = json.loads(read_text(f"{base}/metadata", storage))
             if meta.get("id") != query_id:
                 raise CheckpointNotFoundError(
                     f"{base} is the checkpoint of query {meta.get('id')}, not of {query_id}"
                 )
-        entry = parse_offsets(read_text(f"{base}/offsets/{batch_id}"))
+        entry = parse_offsets(read_text(f"{base}/offsets/{batch_id}", storage))
     except (OSError, ValueError) as exc:
         raise CheckpointNotFoundError(
             f"wmobs TimePolicy could not read the watermark of batch {batch_id} from the "
@@ -146,10 +148,12 @@ def task_micro_batch(configured_checkpoint: str) -> TaskMicroBatch | None:
     return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))
 
 
-def task_batch_times(configured_checkpoint: str) -> BatchTimes | None:
+def task_batch_times(
+    configured_checkpoint: str, storage: Storage | None = None
+) -> BatchTimes | None:
     """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
     ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
     task = task_micro_batch(configured_checkpoint)
     if task is None:
         return None
-    return read_batch_times(task.checkpoint, task.batch_id, task.query_id)
+    return read_batch_times(task.checkpoint, task.batch_id, task.query_id, storage)

@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from wmobs.policy._checkpoint import task_batch_times
 from wmobs.policy._idle import TICK, InputActivity, global_synthetic, next_tick
-from wmobs.policy._storage import filesystem_for, read_text
+from wmobs.policy._storage import Storage
 from wmobs.policy._watermark_source import NamedSource
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "IdleHeartbeatSource"]
@@ -29,21 +29,17 @@ SOURCE_NAME = "wmobs_idle_heartbeat"
 SCHEMA = "wmobs_idle_bucket INT, wmobs_idle_ts_us LONG, wmobs_idle_firings LONG"
 
 
-def _offsets_log(checkpoint: str) -> InputActivity:
-    from pyarrow import fs
-
-    base = checkpoint.rstrip("/") + "/offsets"
-    filesystem, inner = filesystem_for(base)
+def _offsets_log(checkpoint: str, storage: Storage) -> InputActivity:
+    base = storage.resolve(checkpoint.rstrip("/") + "/offsets")
 
     def names() -> list[str]:
         try:
-            infos = filesystem.get_file_info(fs.FileSelector(inner, allow_not_found=True))
+            return [entry.name for entry in storage.files(base)]
         except OSError:
             return []
-        return [info.base_name for info in infos]
 
     def text(batch: int) -> str:
-        return read_text(f"{base}/{batch}")
+        return storage.read_text(base.child(str(batch)))
 
     return InputActivity(names, text)
 
@@ -51,6 +47,7 @@ def _offsets_log(checkpoint: str) -> InputActivity:
 class _Reader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.checkpoint = options.get("checkpoint", "")
+        self.storage = Storage.decode(options.get("storage", ""))
         self.mode = options.get("mode", "global")
         self.timeout_ms = int(options["timeout_ms"])
         self.interval_ms = int(options["interval_ms"])
@@ -69,7 +66,7 @@ class _Reader(DataSourceStreamReader):
         idle_since: int | None = None
         if self.mode == "global":
             if self._activity is None:
-                self._activity = _offsets_log(self.checkpoint)
+                self._activity = _offsets_log(self.checkpoint, self.storage)
             if now_ms >= self._next_refresh:
                 self._activity.refresh()
                 self._next_refresh = now_ms + self.interval_ms
@@ -92,7 +89,7 @@ class _Reader(DataSourceStreamReader):
                 yield (bucket, None, 0)
             return
         start, end = json.loads(partition.value)
-        found = task_batch_times(self.checkpoint)
+        found = task_batch_times(self.checkpoint, self.storage)
         if found is None:
             return
         synthetic = global_synthetic(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from wmobs.observations import DEAD_LETTER_COLUMN, IDLE_TIMEOUT_COLUMN, policy_column
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._idle import HEARTBEAT, REAL, default_check_interval_ms
+from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
@@ -52,8 +53,11 @@ def build(
     df: DataFrame,
     checkpoint: str | None,
     sink: DeadLetter | None,
+    *,
+    storage: Storage,
 ) -> DataFrame:
-    """``df`` judged by ``policy``: its columns, ``system_timestamp`` and the watermark."""
+    """``df`` judged by ``policy``: its columns, ``system_timestamp`` and the watermark;
+    everything read or written beside Spark goes through ``storage``."""
     from pyspark.sql import functions as F
 
     from wmobs.policy.deadletter import dead_letter_stage
@@ -61,12 +65,14 @@ def build(
     columns = df.columns
     idle = tolerances.idle_timeout_us is not None
     if policy.substream_by is None:
-        staged = _global_out_of_order(policy, _judge_arrival(policy, tolerances, df, checkpoint))
+        staged = _global_out_of_order(
+            policy, _judge_arrival(policy, tolerances, df, checkpoint, storage)
+        )
         if idle:
             staged = staged.withColumn(IDLE, F.lit(REAL).cast("long"))
-            staged = staged.unionByName(_heartbeat(policy, tolerances, staged, checkpoint))
+            staged = staged.unionByName(_heartbeat(policy, tolerances, staged, checkpoint, storage))
     else:
-        staged = _substream_out_of_order(policy, tolerances, df, checkpoint)
+        staged = _substream_out_of_order(policy, tolerances, df, checkpoint, storage)
     observed = staged.observe(policy.observation_name, *_counts(policy, sink is not None, idle))
     if sink is None:
         kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
@@ -109,7 +115,11 @@ def _arrival_micros(policy: TimePolicy) -> Column:
 
 
 def _judge_arrival(
-    policy: TimePolicy, tolerances: Tolerances, df: DataFrame, checkpoint: str | None
+    policy: TimePolicy,
+    tolerances: Tolerances,
+    df: DataFrame,
+    checkpoint: str | None,
+    storage: Storage,
 ) -> DataFrame:
     """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
     by the arrival policies."""
@@ -120,7 +130,7 @@ def _judge_arrival(
         _event_micros(policy, df).alias(TS),
         _arrival_micros(policy).alias(ARRIVAL),
     )
-    staged = _join_batch_times(staged, checkpoint)
+    staged = _join_batch_times(staged, checkpoint, storage)
     return _arrival_policies(policy, tolerances, staged, F.col(BATCH_TIME) * F.lit(1000))
 
 
@@ -151,7 +161,7 @@ def _arrival_policies(
     return _replace(df, {TS: system, VERDICT: verdict})
 
 
-def _join_batch_times(df: DataFrame, checkpoint: str | None) -> DataFrame:
+def _join_batch_times(df: DataFrame, checkpoint: str | None, storage: Storage) -> DataFrame:
     """The micro-batch's watermark and timestamp on every row, read once per batch from
     the checkpoint (:mod:`wmobs.policy._watermark_source`)."""
     from pyspark.sql import functions as F
@@ -160,7 +170,12 @@ def _join_batch_times(df: DataFrame, checkpoint: str | None) -> DataFrame:
 
     spark = df.sparkSession
     spark.dataSource.register(WatermarkSource)
-    source = spark.read.format(SOURCE_NAME).option("checkpoint", checkpoint or "").load()
+    source = (
+        spark.read.format(SOURCE_NAME)
+        .option("checkpoint", checkpoint or "")
+        .option("storage", storage.encode())
+        .load()
+    )
     # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
     # measured slower: Spark re-plans the Python data source for it in every batch.)
     return df.crossJoin(F.broadcast(source.select(WATERMARK, BATCH_TIME)))
@@ -185,7 +200,11 @@ def _global_out_of_order(policy: TimePolicy, df: DataFrame) -> DataFrame:
 
 
 def _substream_out_of_order(
-    policy: TimePolicy, tolerances: Tolerances, df: DataFrame, checkpoint: str | None
+    policy: TimePolicy,
+    tolerances: Tolerances,
+    df: DataFrame,
+    checkpoint: str | None,
+    storage: Storage,
 ) -> DataFrame:
     """The arrival policies, then out of order per key, in arrival order: rows partitioned
     by key bucket, judged by one ``mapInArrow`` task per partition that keeps its keys'
@@ -219,11 +238,11 @@ def _substream_out_of_order(
     keyed = df.withColumn(KEY, F.xxhash64(*keys))
     if idle_us is not None:
         keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
-        keyed = keyed.unionByName(_heartbeat(policy, tolerances, keyed, None))
+        keyed = keyed.unionByName(_heartbeat(policy, tolerances, keyed, None, storage))
     # Partitioned by key bucket before the times and verdicts are computed, so that only
     # the input columns and the key go through the shuffle.
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
-    staged = _judge_arrival(policy, tolerances, partitioned, checkpoint)
+    staged = _judge_arrival(policy, tolerances, partitioned, checkpoint, storage)
     staged = staged.drop(WATERMARK, BATCH_TIME)
     output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
     stage = substream_stage(
@@ -231,6 +250,7 @@ def _substream_out_of_order(
         Columns(KEY, TS, ARRIVAL, VERDICT, IDLE if idle_us is not None else None, tuple(output)),
         checkpoint=checkpoint or "",
         directory=state_directory(policy.state_name),
+        storage=storage,
     )
     return staged.mapInArrow(stage, staged.select(*[F.col(f"`{c}`") for c in output]).schema)
 
@@ -239,7 +259,11 @@ def _substream_out_of_order(
 
 
 def _heartbeat(
-    policy: TimePolicy, tolerances: Tolerances, like: DataFrame, checkpoint: str | None
+    policy: TimePolicy,
+    tolerances: Tolerances,
+    like: DataFrame,
+    checkpoint: str | None,
+    storage: Storage,
 ) -> DataFrame:
     """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
     synthetic row of each tick, with substreams one wake-up row per key bucket."""
@@ -261,6 +285,7 @@ def _heartbeat(
         spark.readStream.format(SOURCE_NAME)
         .option("mode", "substreams" if substreams else "global")
         .option("checkpoint", checkpoint or "")
+        .option("storage", storage.encode())
         .option("timeout_ms", str(timeout_ms))
         .option("interval_ms", str(interval_ms))
         .option("delay_ms", str(tolerances.out_of_order_us // 1000))

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from wmobs.policy._checkpoint import task_micro_batch
 from wmobs.policy._idle import HEARTBEAT
+from wmobs.policy._storage import Storage
 from wmobs.policy._substream_judge import SubstreamConfig, judge_partition
 from wmobs.policy._substream_state import BUCKETS, KeyState, StateStore
 
@@ -44,6 +45,7 @@ def substream_stage(
     *,
     checkpoint: str,
     directory: str,
+    storage: Storage | None = None,
     clock: Callable[[], float] | None = None,
     batch_id: Callable[[], int | None] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -91,7 +93,9 @@ def substream_stage(
         real = slice(None) if beats is None else ~beats
 
         where = _micro_batch(checkpoint, batch_id)
-        store = None if where is None else StateStore(f"{where[1].rstrip('/')}/{directory}")
+        store = (
+            None if where is None else StateStore(f"{where[1].rstrip('/')}/{directory}", storage)
+        )
         loaded: dict[int, KeyState] = {}
         if store is not None and where is not None:
             loaded = {bucket: store.load(bucket, where[0]) for bucket in buckets}

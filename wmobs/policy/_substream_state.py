@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from wmobs.policy._storage import Location, Storage
+
 __all__ = ["BUCKETS", "KeyState", "StateStore", "state_directory"]
 
 BUCKETS = 64
@@ -75,90 +77,75 @@ _STATE_SCHEMA = ("key", "max_us", "seen_ms", "advanced_ms")
 
 class StateStore:
     """The substreams' state in the query's checkpoint, one Arrow IPC file per key bucket and
-    micro-batch: ``<root>/<bucket>/<batchId>.arrow`` (any filesystem pyarrow knows).
+    micro-batch: ``<root>/<bucket>/<batchId>.arrow`` (any filesystem of
+    :mod:`wmobs.policy._storage`).
 
     Batch *N* reads, per bucket, the newest file of a batch before *N* and writes ``N.arrow``
-    atomically (temporary file, then rename): a retried or restarted batch *N* reads the same
-    state again and overwrites its own file, so the state is exactly once, like Spark's. A
-    bucket with no rows in a batch writes nothing. Files older than the one read are deleted.
+    whole, at once (:meth:`Storage.write_once`: one PUT on an object store, a rename
+    elsewhere): a retried or restarted batch *N* reads the same state again and replaces its own
+    file, so the state is exactly once, like Spark's. A bucket with no rows in a batch writes
+    nothing. Files older than the one read are deleted.
     """
 
-    def __init__(self, root: str) -> None:
-        from wmobs.policy._storage import filesystem_for
-
-        self.fs, self.root = filesystem_for(root)
-        self._listed: dict[int, bool] = {}
-        """Per bucket loaded: whether its folder had versions (and so exists)."""
+    def __init__(self, root: str, storage: Storage | None = None) -> None:
+        self.storage = storage or Storage()
+        self.root = self.storage.resolve(root)
 
     def _versions(self, bucket: int) -> list[int]:
         """The bucket's versions; temporary files that a dead task left an hour or more ago
         are deleted on the way (a live one finishes its write in well under that)."""
         import datetime
 
-        from pyarrow import fs
-
-        selector = fs.FileSelector(f"{self.root}/{bucket}", allow_not_found=True)
-        infos = self.fs.get_file_info(selector)
+        folder = self.root.child(str(bucket))
+        entries = self.storage.files(folder)
         stale = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
-        for info in infos:
-            mtime = info.mtime
-            if info.base_name.endswith(".tmp") and mtime is not None and mtime < stale:
+        for entry in entries:
+            if entry.name.endswith(".tmp") and entry.mtime is not None and entry.mtime < stale:
                 with contextlib.suppress(OSError):
-                    self.fs.delete_file(info.path)
-        names = [info.base_name for info in infos]
-        return sorted(int(n[: -len(".arrow")]) for n in names if _is_version(n))
+                    self.storage.delete(folder.child(entry.name))
+        return sorted(int(e.name[: -len(".arrow")]) for e in entries if _is_version(e.name))
 
     def load(self, bucket: int, batch_id: int) -> KeyState:
         """The bucket's state as the newest batch before ``batch_id`` left it."""
-        listed = self._versions(bucket)
-        self._listed[bucket] = bool(listed)
-        versions = [v for v in listed if v < batch_id]
+        versions = [v for v in self._versions(bucket) if v < batch_id]
         for old in versions[:-1]:  # left over from an earlier run that stopped in between
             self._delete(bucket, old)
         return self._read(bucket, versions[-1]) if versions else KeyState()
 
+    def _file(self, bucket: int, version: int) -> Location:
+        return self.root.child(f"{bucket}/{version}.arrow")
+
     def _read(self, bucket: int, version: int) -> KeyState:
         import pyarrow as pa
 
-        with self.fs.open_input_stream(f"{self.root}/{bucket}/{version}.arrow") as stream:
-            table = pa.ipc.open_stream(stream).read_all()
+        data = self.storage.read_bytes(self._file(bucket, version))
+        table = pa.ipc.open_stream(pa.BufferReader(data)).read_all()
         return KeyState(*(table.column(c).to_numpy() for c in _STATE_SCHEMA))
 
     def save(self, bucket: int, batch_id: int, state: KeyState) -> None:
         """Write the bucket's state after ``batch_id`` (the version it was loaded from stays,
         for a retry of ``batch_id``; older ones went when it was loaded)."""
-        import uuid
-
         import pyarrow as pa
 
         table = pa.table(dict(zip(_STATE_SCHEMA, state._arrays(), strict=True)))
-        folder = f"{self.root}/{bucket}"
-        if not self._listed.get(bucket):
-            self.fs.create_dir(folder, recursive=True)
-        temp = f"{folder}/.{batch_id}.{uuid.uuid4().hex}.tmp"
-        with (
-            self.fs.open_output_stream(temp) as stream,
-            pa.ipc.new_stream(stream, table.schema) as w,
-        ):
-            w.write_table(table)
-        self.fs.move(temp, f"{folder}/{batch_id}.arrow")
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        self.storage.write_once(self._file(bucket, batch_id), sink.getvalue().to_pybytes())
 
     def stored_keys(self) -> int:
         """How many keys the newest state files hold (read only; for tests and diagnostics)."""
-        from pyarrow import fs
-
         total = 0
-        for info in self.fs.get_file_info(fs.FileSelector(self.root, allow_not_found=True)):
-            if info.base_name.isdigit():
-                bucket = int(info.base_name)
-                versions = self._versions(bucket)
+        for name in self.storage.dirs(self.root):
+            if name.isdigit():
+                versions = self._versions(int(name))
                 if versions:
-                    total += len(self._read(bucket, versions[-1]))
+                    total += len(self._read(int(name), versions[-1]))
         return total
 
     def _delete(self, bucket: int, batch_id: int) -> None:
         with contextlib.suppress(OSError):  # already gone (a concurrent attempt of the task)
-            self.fs.delete_file(f"{self.root}/{bucket}/{batch_id}.arrow")
+            self.storage.delete(self._file(bucket, batch_id))
 
 
 def _is_version(name: str) -> bool:

@@ -52,14 +52,15 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build
+from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import INTERNAL
 from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
 
@@ -70,6 +71,27 @@ __all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 
 _ACTIONS = ("adjust", "drop")
 _names = itertools.count()
+
+
+def _require_spark_4() -> None:
+    """Time policies read the batch watermark with Python data sources (Spark >= 4.0)."""
+    from pyspark import __version__ as version
+
+    if int(version.split(".", 1)[0]) < 4:
+        raise RuntimeError(
+            f"wmobs.TimePolicy needs Spark >= 4.0 (it reads the batch watermark with a Python "
+            f"data source); this is PySpark {version}. wmobs.attach (the listener, metrics, "
+            "dashboards and alerts) works on Spark 3.5."
+        )
+
+
+def _session_checkpoint_root(df: DataFrame) -> str | None:
+    """The session's ``spark.sql.streaming.checkpointLocation`` (for named queries)."""
+    try:
+        value = df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
+    except Exception:  # a Connect session that cannot answer: the first batch will tell
+        return None
+    return str(value) if value else None
 
 
 def _action(value: str, argument: str) -> str:
@@ -165,6 +187,7 @@ class TimePolicy:
         *,
         checkpoint_location: str | None = None,
         dead_letter: DeadLetter | str | os.PathLike[str] | DeadLetterFunction | None = None,
+        storage: Storage | Mapping[str, Any] | None = None,
     ) -> DataFrame:
         """The policies applied to streaming ``df``: every input column unchanged, plus
         ``system_timestamp`` with the watermark (``out_of_order`` delay) on it.
@@ -177,8 +200,15 @@ class TimePolicy:
         ``dead_letter``: where dropped rows go (a directory, a function, or a
         :class:`wmobs.DeadLetter`); see :mod:`wmobs.deadletter`. Without it dropped rows are
         counted, not kept.
+
+        ``storage``: how wmobs reaches the checkpoint and the dead-letter directory where the
+        URI cannot say (endpoint, credentials): a :class:`wmobs.Storage`, or a dict of its
+        ``options``; default the environment's credentials. ``apply`` checks on the driver that
+        both can be reached (:class:`wmobs.StorageError` otherwise).
         """
-        sink = None if dead_letter is None else DeadLetter.of(dead_letter)
+        _require_spark_4()
+        resolved = Storage.of(storage)
+        sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
         self._check_columns(df)
         dotted = [c for c in df.columns if "." in c]
         if dotted and (self.substream_by is not None or sink is not None):
@@ -193,7 +223,12 @@ class TimePolicy:
                 "idle_timeout: without substream_by the idle timeout reads the query's "
                 "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
             )
-        return build(self, self.tolerances, df, checkpoint_location, sink)
+        root = checkpoint_location or _session_checkpoint_root(df)
+        if root:
+            resolved.check(root, "checkpoint_location")
+        if sink is not None:
+            sink.check()
+        return build(self, self.tolerances, df, checkpoint_location, sink, storage=resolved)
 
     # ---- validation -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from wmobs.policy._checkpoint import task_batch_times
+from wmobs.policy._storage import Storage
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "NamedSource", "WatermarkSource"]
 
@@ -29,12 +30,13 @@ SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG, wmobs_batch_time_ms LONG
 class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.checkpoint = options.get("checkpoint", "")
+        self.storage = Storage.decode(options.get("storage", ""))
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None, int | None]]:
-        found = task_batch_times(self.checkpoint)
+        found = task_batch_times(self.checkpoint, self.storage)
         yield (-1, None, None) if found is None else found
 
 
@@ -53,7 +55,8 @@ class NamedSource(DataSource):
 
 
 class WatermarkSource(NamedSource):
-    """``spark.read.format("wmobs_batch_watermark").option("checkpoint", path).load()``."""
+    """``spark.read.format("wmobs_batch_watermark").option("checkpoint", path)`` (and
+    ``.option("storage", Storage.encode())``) ``.load()``."""
 
     NAME = SOURCE_NAME
     SCHEMA = SCHEMA

@@ -5,13 +5,15 @@ every input column plus ``wmobs_policy`` (the policy that dropped it: ``invalid_
 ``early_arrival``, ``late_arrival`` or ``out_of_order``) and ``wmobs_batch_id`` (the
 micro-batch), goes to the destination; kept rows continue to the query's sink. Destinations:
 
-- a directory (local path or any URI pyarrow's filesystems know), as Parquet (default) or JSON
-  lines: ``<dir>/batch_id=<N>/part-<partition>.parquet``;
+- a directory (a local path or any URI of :mod:`wmobs.policy._storage`: ``s3a://``,
+  ``abfss://``, ``gs://``, ``dbfs:/``, ...), as Parquet (default) or JSON lines:
+  ``<dir>/batch_id=<N>/part-<partition>.parquet``;
 - a function ``fn(table: pyarrow.Table, batch_id: int, partition_id: int) -> None``, called in
   the executor once per task that dropped rows (it must be picklable and idempotent).
 
 Exactly once, as far as the destination is concerned: a file is named by batch and partition
-and replaced atomically, so a retried task or a batch re-run after a restart from the
+and written whole at once (one PUT of the final object on an object store, which has no atomic
+rename; a rename on a local path), so a retried task or a batch re-run after a restart from the
 checkpoint writes the same file again. The stage runs in the same tasks as the policy's
 ``observe``: the rows counted as ``wmobs_dead_letter_rows_total`` are exactly the rows handed
 to the destination (a task that fails to write fails, and its counts are discarded with it).
@@ -23,13 +25,12 @@ benchmark. Without ``dead_letter`` no Python runs per row and dropped rows are o
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wmobs.policy._checkpoint import task_batch_id
-from wmobs.policy._storage import filesystem_for
+from wmobs.policy._storage import Storage
 
 __all__ = ["BATCH_COLUMN", "POLICY_COLUMN", "DeadLetter", "DeadLetterFunction", "dead_letter_stage"]
 
@@ -48,6 +49,9 @@ class DeadLetter:
     directory: str | None = None
     format: str = "parquet"
     function: DeadLetterFunction | None = None
+    storage: Storage | None = None
+    """How to reach ``directory`` (endpoint, credentials): default the storage passed to
+    ``TimePolicy.apply``, else the environment's."""
 
     def __post_init__(self) -> None:
         if (self.directory is None) == (self.function is None):
@@ -71,29 +75,48 @@ class DeadLetter:
             f"got {type(value).__name__}"
         )
 
+    def with_storage(self, storage: Storage) -> DeadLetter:
+        """This destination, reached through ``storage`` unless it has its own."""
+        return self if self.storage is not None else replace(self, storage=storage)
+
+    def check(self) -> None:
+        """On the driver, before the query runs: the directory can be written to
+        (:meth:`Storage.check`)."""
+        if self.directory is not None:
+            (self.storage or Storage()).check(self.directory, "dead_letter")
+
     def write(self, table: Any, batch_id: int, partition_id: int) -> None:
         if self.function is not None:
             self.function(table, batch_id, partition_id)
             return
         assert self.directory is not None
-        _write_file(table, self.directory, self.format, batch_id, partition_id)
+        storage = self.storage or Storage()
+        _write_file(
+            table,
+            self.directory,
+            self.format,
+            batch_id=batch_id,
+            partition_id=partition_id,
+            storage=storage,
+        )
 
 
-def _write_file(table: Any, directory: str, fmt: str, batch_id: int, partition_id: int) -> None:
-    filesystem, base = filesystem_for(directory)
-    folder = f"{base}/batch_id={batch_id}"
-    filesystem.create_dir(folder, recursive=True)
-    final = f"{folder}/part-{partition_id:05d}.{fmt}"
-    temp = f"{folder}/.part-{partition_id:05d}.{uuid.uuid4().hex}.tmp"
+def _write_file(
+    table: Any, directory: str, fmt: str, *, batch_id: int, partition_id: int, storage: Storage
+) -> None:
+    """One file per batch and partition, written whole at once (one PUT on an object store)."""
     if fmt == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(table, temp, filesystem=filesystem)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        data = sink.getvalue().to_pybytes()
     else:
         text = table.to_pandas().to_json(orient="records", lines=True, date_format="iso")
-        with filesystem.open_output_stream(temp) as out:
-            out.write(text.encode("utf-8"))
-    filesystem.move(temp, final)
+        data = text.encode("utf-8")
+    target = f"{directory.rstrip('/')}/batch_id={batch_id}/part-{partition_id:05d}.{fmt}"
+    storage.write_once(target, data)
 
 
 def dead_letter_stage(
