@@ -195,3 +195,18 @@ def test_listener_errors_never_stop_the_query(spark: Any, tmp_path: Path) -> Non
             finally:
                 query.stop()
         assert monitor.listener.errors >= 2
+
+
+def test_time_policy_says_which_spark_it_needs(spark: Any, tmp_path: Path) -> None:
+    """The listener half runs on Spark 3.5; a TimePolicy there is one clear error."""
+    import pyspark
+
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema("event_time TIMESTAMP, value LONG").json(str(tmp_path / "in"))
+    policy = wmobs.TimePolicy(event_time="event_time", arrival_time=None)
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        out = policy.apply(stream, checkpoint_location=str(tmp_path / "chk"))
+        assert "system_timestamp" in out.columns
+    else:
+        with pytest.raises(RuntimeError, match=r"TimePolicy needs Spark >= 4.0"):
+            policy.apply(stream, checkpoint_location=str(tmp_path / "chk"))

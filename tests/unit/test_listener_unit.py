@@ -54,7 +54,7 @@ def test_events_update_metrics_and_log(rec: MetricsRecorder) -> None:
     )
     with capture_logs() as logs:
         listener.onQueryProgress(event)
-        listener.onQueryTerminated(_terminated_event(event.progress["id"], "boom\n at x"))
+        listener.onQueryTerminated(_terminated_event(str(event.progress.id), "boom\n at x"))
     assert listener.errors == 0
     assert rec.value("wmobs_batch_duration_seconds_count", query="q") == 1
     assert rec.value("wmobs_query_terminations_total", query="q", outcome="failed") == 1

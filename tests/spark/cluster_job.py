@@ -1,0 +1,150 @@
+"""The time policies on ``local-cluster[2,1,1024]``: two executor JVMs, each with its own Python
+workers, then one executor killed mid-stream. Prints what it measured as JSON.
+
+A child process of ``test_cluster.py`` (one process has one Spark master):
+``python -m tests.spark.cluster_job``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pyspark
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import wmobs
+from tests.spark._streaming import wait_until, write_rows
+from tests.spark.test_policy_spark import (
+    GLOBAL_EXPECTED,
+    SUBSTREAM_EXPECTED,
+    expected_seconds,
+    run_policy,
+    ts,
+    worked_rows,
+)
+from wmobs import BatchSummary, DeadLetter, QuerySnapshot, TimePolicy
+from wmobs.testing import local_spark
+
+WORKED = {
+    "event_time": "EventTime",
+    "arrival_time": "ArrivalTime",
+    "early_arrival": "5 minutes",
+    "late_arrival": "5 minutes",
+    "out_of_order": "2 minutes",
+}
+
+
+def executor_pids(app_id: str) -> list[int]:
+    """The executor JVMs of this application (separate processes in local-cluster mode)."""
+    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
+    return [
+        int(line.split(None, 1)[0])
+        for line in listing.stdout.splitlines()[1:]
+        if "CoarseGrainedExecutorBackend" in line and app_id in line
+    ]
+
+
+def kill_one_executor_mid_stream(spark: Any, work: Path, files: int) -> dict[str, Any]:
+    """A stream of ``files`` micro-batches with every kind of dropped row, dead-lettered; one
+    executor is killed (SIGKILL) after the third micro-batch."""
+    source, sink, dead = work / "kill-in", work / "kill-out", work / "kill-dead"
+    rows_in = 0
+    for f in range(files):
+        rows = []
+        for i in range(40):
+            n = f * 40 + i
+            event = ts("12:10") if i % 5 else None  # every fifth: invalid time
+            if i % 7 == 0:
+                event = ts("12:30")  # 20 minutes early: dropped
+            rows.append({"id": n, "ts": event, "arr": ts("12:10")})
+        write_rows(source, f"part-{f:03d}", rows)
+        rows_in += len(rows)
+    policy = TimePolicy(event_time="ts", arrival_time="arr", name="kill")
+    checkpoint = str(work / "kill-ckpt")
+    killed: list[int] = []
+    kill_now = threading.Event()
+
+    def on_progress(snap: QuerySnapshot, batch: BatchSummary) -> None:
+        if batch.batch_id == 2:
+            kill_now.set()
+
+    reader = InMemoryMetricReader()
+    with wmobs.attach(
+        spark, meter_provider=MeterProvider(metric_readers=[reader]), on_progress=on_progress
+    ) as monitor:
+        stream = spark.readStream.schema("id INT, ts STRING, arr TIMESTAMP")
+        out = policy.apply(
+            stream.option("maxFilesPerTrigger", 1).json(str(source)),
+            checkpoint_location=checkpoint,
+            dead_letter=DeadLetter(str(dead)),
+        )
+        query = (
+            out.writeStream.queryName("kill")
+            .format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        assert kill_now.wait(300), "the stream never reached its third micro-batch"
+        pids = executor_pids(spark.sparkContext.applicationId)
+        os.kill(pids[0], signal.SIGKILL)
+        killed.append(pids[0])
+        query.processAllAvailable()
+        query.stop()
+        wait_until(lambda: (s := monitor.snapshot("kill")) is not None and not s.active)
+        snap = monitor.snapshot("kill")
+    assert snap is not None and query.exception() is None
+    kept = [r.id for r in spark.read.parquet(str(sink)).select("id").collect()]
+    dead_rows = ds.dataset(str(dead), format="parquet", partitioning="hive").to_table()
+    dead_ids = dead_rows.column("id").to_pylist()
+    dropped = sum(v for (_, action), v in snap.policy_events.items() if action == "dropped")
+    return {
+        "executors_before": len(pids),
+        "killed": killed,
+        "executors_after": len(executor_pids(spark.sparkContext.applicationId)),
+        "rows_in": rows_in,
+        "kept": len(kept),
+        "kept_unique": len(set(kept)),
+        "dead": len(dead_ids),
+        "dead_unique": len(set(dead_ids)),
+        "overlap": len(set(kept) & set(dead_ids)),
+        "dead_letter_counter": snap.dead_letter_rows,
+        "dropped_counters": dropped,
+        "input_rows_counter": snap.input_rows,
+    }
+
+
+def main() -> None:
+    os.environ["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
+    spark = local_spark("wmobs-cluster", master="local-cluster[2,1,1024]")
+    work = Path(tempfile.mkdtemp(prefix="wmobs-cluster-"))
+    result: dict[str, Any] = {"master": spark.sparkContext.master}
+    try:
+        result["executors"] = len(executor_pids(spark.sparkContext.applicationId))
+        for row in worked_rows():
+            write_rows(work / "in", f"event-{row['id']:02d}", [row])
+        kept, counts, _ = run_policy(spark, TimePolicy(**WORKED), work / "in", work, "c_global")
+        result["global_exact"] = kept == expected_seconds(GLOBAL_EXPECTED)
+        result["global_counts"] = {f"{p}:{a}": v for (p, a), v in counts.items() if v}
+        write_rows(work / "sub", "all", worked_rows())
+        policy = TimePolicy(**WORKED, substream_by=["deviceId"], name="c_sub")
+        kept, counts, _ = run_policy(spark, policy, work / "sub", work, "c_sub")
+        result["substreams_exact"] = kept == expected_seconds(SUBSTREAM_EXPECTED)
+        result["kill"] = kill_one_executor_mid_stream(spark, work, files=8)
+    finally:
+        spark.stop()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
