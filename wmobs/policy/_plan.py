@@ -8,6 +8,7 @@ here takes a valid policy and its resolved :class:`~wmobs.policy._durations.Tole
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wmobs.observations import DEAD_LETTER_COLUMN, IDLE_TIMEOUT_COLUMN, policy_column
@@ -58,283 +59,271 @@ def build(
 ) -> DataFrame:
     """``df`` judged by ``policy``: its columns, ``system_timestamp`` and the watermark;
     everything read or written beside Spark goes through ``storage``."""
-    from pyspark.sql import functions as F
+    return _Plan(policy, tolerances, checkpoint, storage).build(df, sink)
 
-    from wmobs.policy.deadletter import dead_letter_stage
 
-    columns = df.columns
-    idle = tolerances.idle_timeout_us is not None
-    if policy.substream_by is None:
-        staged = _global_out_of_order(
-            policy, _judge_arrival(policy, tolerances, df, checkpoint, storage)
+@dataclass(frozen=True)
+class _Plan:
+    """What every stage of one policy's plan needs to know."""
+
+    policy: TimePolicy
+    tolerances: Tolerances
+    checkpoint: str | None
+    storage: Storage
+
+    def build(self, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
+        """See :func:`build`."""
+        from pyspark.sql import functions as F
+
+        from wmobs.policy.deadletter import dead_letter_stage
+
+        columns = df.columns
+        idle = self.tolerances.idle_timeout_us is not None
+        if self.policy.substream_by is None:
+            staged = self._global_out_of_order(self._judge_arrival(df))
+            if idle:
+                staged = staged.withColumn(IDLE, F.lit(REAL).cast("long"))
+                staged = staged.unionByName(self._heartbeat(staged, self.checkpoint))
+        else:
+            staged = self._substream_out_of_order(df)
+        observed = staged.observe(
+            self.policy.observation_name, *self._counts(sink is not None, idle)
         )
-        if idle:
-            staged = staged.withColumn(IDLE, F.lit(REAL).cast("long"))
-            staged = staged.unionByName(_heartbeat(policy, tolerances, staged, checkpoint, storage))
-    else:
-        staged = _substream_out_of_order(policy, tolerances, df, checkpoint, storage)
-    observed = staged.observe(policy.observation_name, *_counts(policy, sink is not None, idle))
-    if sink is None:
-        kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
-    else:
-        stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
-        kept = observed.mapInArrow(stage, observed.schema)
-    out = kept.select(
-        *[F.col(f"`{c}`") for c in columns],
-        F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
-        *([F.col(IDLE)] if idle else []),
-    ).withWatermark(SYSTEM_TIMESTAMP, f"{tolerances.out_of_order_us} microseconds")
-    if not idle:
-        return out
-    # Synthetic rows have moved the watermark (above); none goes further. The filter names
-    # system_timestamp so the optimizer cannot push it below withWatermark.
-    real = (F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
-    return out.filter(real).drop(IDLE)
+        if sink is None:
+            kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
+        else:
+            stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
+            kept = observed.mapInArrow(stage, observed.schema)
+        out = kept.select(
+            *[F.col(f"`{c}`") for c in columns],
+            F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
+            *([F.col(IDLE)] if idle else []),
+        ).withWatermark(SYSTEM_TIMESTAMP, f"{self.tolerances.out_of_order_us} microseconds")
+        if not idle:
+            return out
+        # Synthetic rows have moved the watermark (above); none goes further. The filter names
+        # system_timestamp so the optimizer cannot push it below withWatermark.
+        real = (F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
+        return out.filter(real).drop(IDLE)
 
+    # ---- the arrival policies --------------------------------------------------------------------
 
-# ---- the arrival policies ------------------------------------------------------------------
+    def _event_micros(self, df: DataFrame) -> Column:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType
 
+        column = F.col(f"`{self.policy.event_time}`")
+        if isinstance(df.schema[self.policy.event_time].dataType, StringType):
+            column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
+        return F.unix_micros(column.cast("timestamp"))
 
-def _event_micros(policy: TimePolicy, df: DataFrame) -> Column:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
+    def _arrival_micros(self) -> Column:
+        """The arrival time column; null where the micro-batch's time stands in for it."""
+        from pyspark.sql import functions as F
 
-    column = F.col(f"`{policy.event_time}`")
-    if isinstance(df.schema[policy.event_time].dataType, StringType):
-        column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
-    return F.unix_micros(column.cast("timestamp"))
+        if self.policy.arrival_time is None:
+            return F.lit(None).cast("long")
+        return F.unix_micros(F.col(f"`{self.policy.arrival_time}`").cast("timestamp"))
 
+    def _judge_arrival(self, df: DataFrame) -> DataFrame:
+        """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
+        by the arrival policies."""
+        from pyspark.sql import functions as F
 
-def _arrival_micros(policy: TimePolicy) -> Column:
-    """The arrival time column; null where the micro-batch's time stands in for it."""
-    from pyspark.sql import functions as F
+        staged = df.select(
+            *[F.col(f"`{c}`") for c in df.columns],
+            self._event_micros(df).alias(TS),
+            self._arrival_micros().alias(ARRIVAL),
+        )
+        staged = self._join_batch_times(staged)
+        return self._arrival_policies(staged, F.col(BATCH_TIME) * F.lit(1000))
 
-    if policy.arrival_time is None:
-        return F.lit(None).cast("long")
-    return F.unix_micros(F.col(f"`{policy.arrival_time}`").cast("timestamp"))
+    def _arrival_policies(self, df: DataFrame, batch_time: Column) -> DataFrame:
+        """Invalid time, early and late arrival: stateless Column expressions (JVM only).
+        ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
+        from pyspark.sql import functions as F
 
+        df = _replace(df, {ARRIVAL: F.coalesce(F.col(ARRIVAL), batch_time)})
+        ts, arrival = F.col(TS), F.col(ARRIVAL)
+        verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
+        system = ts
+        if self.tolerances.early_arrival_us is not None:
+            early = ts.isNotNull() & (ts > arrival + F.lit(self.tolerances.early_arrival_us))
+            drop = self.policy.early_arrival_action == "drop"
+            verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(
+                verdict
+            )
+            if not drop:
+                system = F.when(early, arrival).otherwise(system)
+        late_floor = arrival - F.lit(self.tolerances.late_arrival_us)
+        late = (verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0) & (system < late_floor)
+        if self.policy.late_arrival_action == "drop":
+            verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_DROPPED))).otherwise(verdict)
+        else:
+            verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_ADJUSTED))).otherwise(verdict)
+            system = F.when(late, late_floor).otherwise(system)
+        return _replace(df, {TS: system, VERDICT: verdict})
 
-def _judge_arrival(
-    policy: TimePolicy,
-    tolerances: Tolerances,
-    df: DataFrame,
-    checkpoint: str | None,
-    storage: Storage,
-) -> DataFrame:
-    """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
-    by the arrival policies."""
-    from pyspark.sql import functions as F
+    def _join_batch_times(self, df: DataFrame) -> DataFrame:
+        """The micro-batch's watermark and timestamp on every row, read once per batch from
+        the checkpoint (:mod:`wmobs.policy._watermark_source`)."""
+        from pyspark.sql import functions as F
 
-    staged = df.select(
-        *[F.col(f"`{c}`") for c in df.columns],
-        _event_micros(policy, df).alias(TS),
-        _arrival_micros(policy).alias(ARRIVAL),
-    )
-    staged = _join_batch_times(staged, checkpoint, storage)
-    return _arrival_policies(policy, tolerances, staged, F.col(BATCH_TIME) * F.lit(1000))
+        from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
 
+        spark = df.sparkSession
+        spark.dataSource.register(WatermarkSource)
+        source = (
+            spark.read.format(SOURCE_NAME)
+            .option("checkpoint", self.checkpoint or "")
+            .option("storage", self.storage.encode())
+            .load()
+        )
+        # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
+        # measured slower: Spark re-plans the Python data source for it in every batch.)
+        return df.crossJoin(F.broadcast(source.select(WATERMARK, BATCH_TIME)))
 
-def _arrival_policies(
-    policy: TimePolicy, tolerances: Tolerances, df: DataFrame, batch_time: Column
-) -> DataFrame:
-    """Invalid time, early and late arrival: stateless Column expressions (JVM only).
-    ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
-    from pyspark.sql import functions as F
+    # ---- out of order ----------------------------------------------------------------------------
 
-    df = _replace(df, {ARRIVAL: F.coalesce(F.col(ARRIVAL), batch_time)})
-    ts, arrival = F.col(TS), F.col(ARRIVAL)
-    verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
-    system = ts
-    if tolerances.early_arrival_us is not None:
-        early = ts.isNotNull() & (ts > arrival + F.lit(tolerances.early_arrival_us))
-        drop = policy.early_arrival_action == "drop"
-        verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(verdict)
+    def _global_out_of_order(self, df: DataFrame) -> DataFrame:
+        """Against the micro-batch's watermark (joined by :func:`_join_batch_times`)."""
+        from pyspark.sql import functions as F
+
+        mark = F.col(WATERMARK) * F.lit(1000)
+        candidate = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
+        behind = candidate & mark.isNotNull() & (F.col(TS) < mark)
+        drop = self.policy.out_of_order_action == "drop"
+        bit = F.lit(OOO_DROPPED if drop else OOO_ADJUSTED)
+        replaced = {
+            VERDICT: F.when(behind, F.col(VERDICT).bitwiseOR(bit)).otherwise(F.col(VERDICT))
+        }
         if not drop:
-            system = F.when(early, arrival).otherwise(system)
-    late_floor = arrival - F.lit(tolerances.late_arrival_us)
-    late = (verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0) & (system < late_floor)
-    if policy.late_arrival_action == "drop":
-        verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_DROPPED))).otherwise(verdict)
-    else:
-        verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_ADJUSTED))).otherwise(verdict)
-        system = F.when(late, late_floor).otherwise(system)
-    return _replace(df, {TS: system, VERDICT: verdict})
+            replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
+        return _replace(df, replaced).drop(WATERMARK, BATCH_TIME)
 
+    def _substream_out_of_order(self, df: DataFrame) -> DataFrame:
+        """The arrival policies, then out of order per key, in arrival order: rows partitioned
+        by key bucket, judged by one ``mapInArrow`` task per partition that keeps its keys'
+        state in the checkpoint (:mod:`wmobs.policy._substream_stage`)."""
+        from pyspark.sql import functions as F
 
-def _join_batch_times(df: DataFrame, checkpoint: str | None, storage: Storage) -> DataFrame:
-    """The micro-batch's watermark and timestamp on every row, read once per batch from
-    the checkpoint (:mod:`wmobs.policy._watermark_source`)."""
-    from pyspark.sql import functions as F
+        from wmobs.policy._substream_judge import SubstreamConfig
+        from wmobs.policy._substream_stage import Columns, substream_stage
+        from wmobs.policy._substream_state import BUCKETS, state_directory
 
-    from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
-
-    spark = df.sparkSession
-    spark.dataSource.register(WatermarkSource)
-    source = (
-        spark.read.format(SOURCE_NAME)
-        .option("checkpoint", checkpoint or "")
-        .option("storage", storage.encode())
-        .load()
-    )
-    # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
-    # measured slower: Spark re-plans the Python data source for it in every batch.)
-    return df.crossJoin(F.broadcast(source.select(WATERMARK, BATCH_TIME)))
-
-
-# ---- out of order ----------------------------------------------------------------------------
-
-
-def _global_out_of_order(policy: TimePolicy, df: DataFrame) -> DataFrame:
-    """Against the micro-batch's watermark (joined by :func:`_join_batch_times`)."""
-    from pyspark.sql import functions as F
-
-    mark = F.col(WATERMARK) * F.lit(1000)
-    candidate = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
-    behind = candidate & mark.isNotNull() & (F.col(TS) < mark)
-    drop = policy.out_of_order_action == "drop"
-    bit = F.lit(OOO_DROPPED if drop else OOO_ADJUSTED)
-    replaced = {VERDICT: F.when(behind, F.col(VERDICT).bitwiseOR(bit)).otherwise(F.col(VERDICT))}
-    if not drop:
-        replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
-    return _replace(df, replaced).drop(WATERMARK, BATCH_TIME)
-
-
-def _substream_out_of_order(
-    policy: TimePolicy,
-    tolerances: Tolerances,
-    df: DataFrame,
-    checkpoint: str | None,
-    storage: Storage,
-) -> DataFrame:
-    """The arrival policies, then out of order per key, in arrival order: rows partitioned
-    by key bucket, judged by one ``mapInArrow`` task per partition that keeps its keys'
-    state in the checkpoint (:mod:`wmobs.policy._substream_stage`)."""
-    from pyspark.sql import functions as F
-
-    from wmobs.policy._substream_judge import SubstreamConfig
-    from wmobs.policy._substream_stage import Columns, substream_stage
-    from wmobs.policy._substream_state import BUCKETS, state_directory
-
-    drop = policy.out_of_order_action == "drop"
-    ttl_us, idle_us = tolerances.substream_ttl_us, tolerances.idle_timeout_us
-    config = SubstreamConfig(
-        tolerance_us=tolerances.out_of_order_us,
-        drop=drop,
-        ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
-        idle_timeout_ms=None if idle_us is None else idle_us // 1000,
-        candidate_bits=DROPPED_BITS,
-        ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
-    )
-    if policy.name is None:
-        import structlog
-
-        structlog.get_logger("wmobs").warning(
-            "wmobs.substream_policy_unnamed",
-            state=state_directory(policy.state_name),
-            hint="pass TimePolicy(name=...) so that the per-key state is found again "
-            "after a restart even if the code creates its policies in another order",
+        drop = self.policy.out_of_order_action == "drop"
+        ttl_us, idle_us = self.tolerances.substream_ttl_us, self.tolerances.idle_timeout_us
+        config = SubstreamConfig(
+            tolerance_us=self.tolerances.out_of_order_us,
+            drop=drop,
+            ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
+            idle_timeout_ms=None if idle_us is None else idle_us // 1000,
+            candidate_bits=DROPPED_BITS,
+            ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
         )
-    keys = [F.col(f"`{c}`") for c in policy.substream_by or ()]
-    keyed = df.withColumn(KEY, F.xxhash64(*keys))
-    if idle_us is not None:
-        keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
-        keyed = keyed.unionByName(_heartbeat(policy, tolerances, keyed, None, storage))
-    # Partitioned by key bucket before the times and verdicts are computed, so that only
-    # the input columns and the key go through the shuffle.
-    partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
-    staged = _judge_arrival(policy, tolerances, partitioned, checkpoint, storage)
-    staged = staged.drop(WATERMARK, BATCH_TIME)
-    output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
-    stage = substream_stage(
-        config,
-        Columns(KEY, TS, ARRIVAL, VERDICT, IDLE if idle_us is not None else None, tuple(output)),
-        checkpoint=checkpoint or "",
-        directory=state_directory(policy.state_name),
-        storage=storage,
-    )
-    return staged.mapInArrow(stage, staged.select(*[F.col(f"`{c}`") for c in output]).schema)
+        if self.policy.name is None:
+            import structlog
 
+            structlog.get_logger("wmobs").warning(
+                "wmobs.substream_policy_unnamed",
+                state=state_directory(self.policy.state_name),
+                hint="pass TimePolicy(name=...) so that the per-key state is found again "
+                "after a restart even if the code creates its policies in another order",
+            )
+        keys = [F.col(f"`{c}`") for c in self.policy.substream_by or ()]
+        keyed = df.withColumn(KEY, F.xxhash64(*keys))
+        if idle_us is not None:
+            keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
+            keyed = keyed.unionByName(self._heartbeat(keyed, None))
+        # Partitioned by key bucket before the times and verdicts are computed, so that only
+        # the input columns and the key go through the shuffle.
+        partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
+        staged = self._judge_arrival(partitioned)
+        staged = staged.drop(WATERMARK, BATCH_TIME)
+        output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
+        stage = substream_stage(
+            config,
+            Columns(
+                KEY, TS, ARRIVAL, VERDICT, IDLE if idle_us is not None else None, tuple(output)
+            ),
+            checkpoint=self.checkpoint or "",
+            directory=state_directory(self.policy.state_name),
+            storage=self.storage,
+        )
+        return staged.mapInArrow(stage, staged.select(*[F.col(f"`{c}`") for c in output]).schema)
 
-# ---- the idle timeout ----------------------------------------------------------------------
+    # ---- the idle timeout ------------------------------------------------------------------------
 
+    def _heartbeat(self, like: DataFrame, checkpoint: str | None) -> DataFrame:
+        """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
+        synthetic row of each tick, with substreams one wake-up row per key bucket."""
+        from pyspark.sql import functions as F
 
-def _heartbeat(
-    policy: TimePolicy,
-    tolerances: Tolerances,
-    like: DataFrame,
-    checkpoint: str | None,
-    storage: Storage,
-) -> DataFrame:
-    """The idle-timeout heartbeat stream, with the columns of ``like``: globally the
-    synthetic row of each tick, with substreams one wake-up row per key bucket."""
-    from pyspark.sql import functions as F
+        from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
+        from wmobs.policy._substream_state import BUCKETS
 
-    from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
-    from wmobs.policy._substream_state import BUCKETS
+        assert self.tolerances.idle_timeout_us is not None
+        spark = like.sparkSession
+        spark.dataSource.register(IdleHeartbeatSource)
+        timeout_ms = self.tolerances.idle_timeout_us // 1000
+        interval_us = self.tolerances.idle_check_interval_us
+        interval_ms = (
+            default_check_interval_ms(timeout_ms) if interval_us is None else interval_us // 1000
+        )
+        substreams = self.policy.substream_by is not None
+        beats = (
+            spark.readStream.format(SOURCE_NAME)
+            .option("mode", "substreams" if substreams else "global")
+            .option("checkpoint", checkpoint or "")
+            .option("storage", self.storage.encode())
+            .option("timeout_ms", str(timeout_ms))
+            .option("interval_ms", str(interval_ms))
+            .option("delay_ms", str(self.tolerances.out_of_order_us // 1000))
+            .option("buckets", str(BUCKETS))
+            .load()
+        )
+        special = {
+            TS: F.lit(0) if substreams else F.col("wmobs_idle_ts_us"),
+            IDLE: F.lit(HEARTBEAT) if substreams else F.col("wmobs_idle_firings"),
+            KEY: F.col("wmobs_idle_bucket"),
+        }
+        return beats.select(
+            *[
+                special.get(f.name, _placeholder(f.dataType)).cast(f.dataType).alias(f.name)
+                for f in like.schema.fields
+            ]
+        )
 
-    assert tolerances.idle_timeout_us is not None
-    spark = like.sparkSession
-    spark.dataSource.register(IdleHeartbeatSource)
-    timeout_ms = tolerances.idle_timeout_us // 1000
-    interval_us = tolerances.idle_check_interval_us
-    interval_ms = (
-        default_check_interval_ms(timeout_ms) if interval_us is None else interval_us // 1000
-    )
-    substreams = policy.substream_by is not None
-    beats = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("mode", "substreams" if substreams else "global")
-        .option("checkpoint", checkpoint or "")
-        .option("storage", storage.encode())
-        .option("timeout_ms", str(timeout_ms))
-        .option("interval_ms", str(interval_ms))
-        .option("delay_ms", str(tolerances.out_of_order_us // 1000))
-        .option("buckets", str(BUCKETS))
-        .load()
-    )
-    special = {
-        TS: F.lit(0) if substreams else F.col("wmobs_idle_ts_us"),
-        IDLE: F.lit(HEARTBEAT) if substreams else F.col("wmobs_idle_firings"),
-        KEY: F.col("wmobs_idle_bucket"),
-    }
-    return beats.select(
-        *[
-            special.get(f.name, _placeholder(f.dataType)).cast(f.dataType).alias(f.name)
-            for f in like.schema.fields
+    # ---- the counts ------------------------------------------------------------------------------
+
+    def _can_happen(self, name: str, action: str) -> bool:
+        """Only these verdicts are observed; the listener exports the others as 0."""
+        configured = {
+            "invalid_time": "drop",
+            "early_arrival": self.policy.early_arrival_action
+            if self.policy.early_arrival is not None
+            else None,
+            "late_arrival": self.policy.late_arrival_action,
+            "out_of_order": self.policy.out_of_order_action,
+        }[name]
+        return configured is not None and _PAST_TENSE[configured] == action
+
+    def _counts(self, dead_letters: bool, idle: bool) -> list[Column]:
+        from pyspark.sql import functions as F
+
+        verdict = F.col(VERDICT)
+        counts = [
+            F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(name, action))
+            for (name, action), bit in VERDICT_BITS.items()
+            if self._can_happen(name, action)
         ]
-    )
-
-
-# ---- the counts ----------------------------------------------------------------------------
-
-
-def _can_happen(policy: TimePolicy, name: str, action: str) -> bool:
-    """Only these verdicts are observed; the listener exports the others as 0."""
-    configured = {
-        "invalid_time": "drop",
-        "early_arrival": policy.early_arrival_action if policy.early_arrival is not None else None,
-        "late_arrival": policy.late_arrival_action,
-        "out_of_order": policy.out_of_order_action,
-    }[name]
-    return configured is not None and _PAST_TENSE[configured] == action
-
-
-def _counts(policy: TimePolicy, dead_letters: bool, idle: bool) -> list[Column]:
-    from pyspark.sql import functions as F
-
-    verdict = F.col(VERDICT)
-    counts = [
-        F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(name, action))
-        for (name, action), bit in VERDICT_BITS.items()
-        if _can_happen(policy, name, action)
-    ]
-    if dead_letters:  # the stage after this one hands every dropped row over, or fails
-        dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
-        counts.append(F.count_if(dropped).alias(DEAD_LETTER_COLUMN))
-    if idle:  # synthetic rows carry their firings; real rows -1
-        firings = F.when(F.col(IDLE) > 0, F.col(IDLE)).otherwise(F.lit(0))
-        counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
-    return counts
+        if dead_letters:  # the stage after this one hands every dropped row over, or fails
+            dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
+            counts.append(F.count_if(dropped).alias(DEAD_LETTER_COLUMN))
+        if idle:  # synthetic rows carry their firings; real rows -1
+            firings = F.when(F.col(IDLE) > 0, F.col(IDLE)).otherwise(F.lit(0))
+            counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
+        return counts
 
 
 # ---- helpers -------------------------------------------------------------------------------

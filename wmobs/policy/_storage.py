@@ -245,33 +245,25 @@ class Storage:
                 fs.rm_file(temp)
             raise
 
-    def files(self, uri: str | Location) -> list[Entry]:
-        """The files directly below ``uri`` (none if it does not exist)."""
+    def _listing(self, uri: str | Location) -> list[dict[str, Any]]:
         where = uri if isinstance(uri, Location) else self.resolve(uri)
         try:
-            infos = where.filesystem.ls(where.path, detail=True)
+            infos: list[dict[str, Any]] = where.filesystem.ls(where.path, detail=True)
         except FileNotFoundError:
             return []
-        out = []
-        for info in infos:
-            if info.get("type") == "directory":
-                continue
-            name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
-            out.append(Entry(name, _mtime(info)))
-        return out
+        return infos
+
+    def files(self, uri: str | Location) -> list[Entry]:
+        """The files directly below ``uri`` (none if it does not exist)."""
+        return [
+            Entry(_base_name(info), _mtime(info))
+            for info in self._listing(uri)
+            if info.get("type") != "directory"
+        ]
 
     def dirs(self, uri: str | Location) -> list[str]:
         """The names of the directories directly below ``uri`` (prefixes on an object store)."""
-        where = uri if isinstance(uri, Location) else self.resolve(uri)
-        try:
-            infos = where.filesystem.ls(where.path, detail=True)
-        except FileNotFoundError:
-            return []
-        return [
-            str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
-            for info in infos
-            if info.get("type") == "directory"
-        ]
+        return [_base_name(i) for i in self._listing(uri) if i.get("type") == "directory"]
 
     def delete(self, uri: str | Location) -> None:
         """Remove a file; one that is already gone is fine."""
@@ -314,6 +306,10 @@ class Storage:
                 "credentials in the environment, or pass wmobs.Storage(options=...)"
             ) from exc
         return where
+
+
+def _base_name(info: Mapping[str, Any]) -> str:
+    return str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
 
 
 def _protocols(filesystem: Any) -> tuple[str, ...]:
