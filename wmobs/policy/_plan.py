@@ -2,8 +2,9 @@
 for the arrival policies, the batch's times joined in from the checkpoint, out of order against
 the batch watermark (global) or per key (substreams), the idle-timeout heartbeat, the counts.
 
-Validation happens before any of this, in :mod:`wmobs.policy._time_policy`; every function
-here takes a valid policy and its resolved :class:`~wmobs.policy._durations.Tolerances`.
+Validation happens before any of this, in :mod:`wmobs.policy._time_policy`: :func:`build` takes
+a valid policy, its resolved :class:`~wmobs.policy._durations.Tolerances` and the
+:class:`~wmobs.policy._storage.Storage` for everything read or written beside Spark.
 """
 
 from __future__ import annotations
