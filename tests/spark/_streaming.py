@@ -82,3 +82,24 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
         time.sleep(0.05)
+
+
+def run_job(module: str, timeout: float = 900) -> dict[str, Any]:
+    """Run ``python -m <module>`` from the repository root (a child job that needs a Spark
+    session of its own) and return what it printed as ``RESULT <json>``."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result

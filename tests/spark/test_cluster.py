@@ -3,30 +3,15 @@ them dies mid-stream; in a child process (see ``cluster_job.py``)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from ._streaming import run_job
 
 pytestmark = pytest.mark.spark
 
 
 def test_policies_on_separate_executors_and_an_executor_killed_mid_stream() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.cluster_job"],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result = run_job("tests.spark.cluster_job")
 
     assert result["master"] == "local-cluster[2,1,1024]"
     assert result["executors"] == 2  # two executor JVMs, each with its own Python workers

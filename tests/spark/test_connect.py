@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from wmobs.testing import parse_metrics
+
+from ._streaming import run_job
 
 pytestmark = pytest.mark.spark
 
 
 def test_attach_over_spark_connect() -> None:
     pytest.importorskip("pyspark.sql.connect")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.connect_job"],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result = run_job("tests.spark.connect_job", timeout=600)
 
     assert result["session"].startswith("pyspark.sql.connect")
     assert result["input_rows"] == result["rows_written"] == 6

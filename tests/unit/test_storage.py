@@ -23,6 +23,22 @@ from wmobs.policy._substream_state import StateStore
 from ._substream_stage import SubstreamStage
 
 
+def _python_with_aws_env(code: str, home: Path, **aws: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` with only the ``AWS_*`` variables given (none of this machine's) and
+    ``home`` as its home (so no ``~/.aws`` either): credentials from the environment, as an
+    executor finds them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"HOME": str(home), **aws}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
 def _bucket(s3_server: Any) -> str:
     return s3_server.create_bucket(f"wmobs-{uuid.uuid4().hex[:12]}")
 
@@ -83,16 +99,7 @@ def test_no_credentials_is_a_clear_error(s3_server: Any, tmp_path: Path) -> None
         "except StorageError as exc:\n"
         "    print('ERROR', exc)\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {"HOME": str(tmp_path), "AWS_EC2_METADATA_DISABLED": "true"}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    done = _python_with_aws_env(code, tmp_path, AWS_EC2_METADATA_DISABLED="true")
     assert "ERROR checkpoint_location: cannot read s3a://b/chk" in done.stdout, done.stderr
     assert "credentials" in done.stdout.lower()
 
@@ -104,20 +111,12 @@ def test_credentials_and_endpoint_from_the_environment(s3_server: Any, tmp_path:
         f"Storage().write_once('s3a://{bucket}/from-env/x', b'env')\n"
         f"print(Storage().read_text('s3://{bucket}/from-env/x'))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {
-        "HOME": str(tmp_path),
-        "AWS_ENDPOINT_URL": s3_server.endpoint,
-        "AWS_ACCESS_KEY_ID": "wmobs-test-key",
-        "AWS_SECRET_ACCESS_KEY": "wmobs-test-secret",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    done = _python_with_aws_env(
+        code,
+        tmp_path,
+        AWS_ENDPOINT_URL=s3_server.endpoint,
+        AWS_ACCESS_KEY_ID="wmobs-test-key",
+        AWS_SECRET_ACCESS_KEY="wmobs-test-secret",
     )
     assert done.stdout.strip() == "env", done.stderr
     assert s3_server.objects(bucket) == {"from-env/x": b"env"}

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from wmobs.policy._storage import Storage, read_text
+from wmobs.policy._storage import Storage
 
 __all__ = [
     "BatchTimes",
@@ -84,14 +84,15 @@ def read_batch_times(
     than judging rows against another query's watermark.
     """
     base = checkpoint.rstrip("/")
+    storage = storage or Storage()
     try:
         if query_id is not None:
-            meta = json.loads(read_text(f"{base}/metadata", storage))
+            meta = json.loads(storage.read_text(f"{base}/metadata"))
             if meta.get("id") != query_id:
                 raise CheckpointNotFoundError(
                     f"{base} is the checkpoint of query {meta.get('id')}, not of {query_id}"
                 )
-        entry = parse_offsets(read_text(f"{base}/offsets/{batch_id}", storage))
+        entry = parse_offsets(storage.read_text(f"{base}/offsets/{batch_id}"))
     except (OSError, ValueError) as exc:
         raise CheckpointNotFoundError(
             f"wmobs TimePolicy could not read the watermark of batch {batch_id} from the "

@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-__all__ = ["Entry", "Location", "Storage", "StorageError", "read_text"]
+__all__ = ["Entry", "Location", "Storage", "StorageError"]
 
 DEFAULT_OPTION = ""
 """A :class:`Storage` as a data source option (:meth:`Storage.encode`): the default one."""
@@ -173,7 +173,7 @@ class Storage:
         scheme = urlsplit(uri).scheme.lower() if "://" in uri or uri.startswith("dbfs:") else ""
         if len(scheme) == 1:  # a Windows drive letter
             scheme = ""
-        if scheme in ("", "dbfs") or (scheme == "file"):
+        if scheme in ("", "dbfs", "file"):
             return Location(self._filesystem("file"), _local_path(uri), uri, False, "")
         known = _SCHEMES.get(scheme)
         if known is None:
@@ -350,8 +350,3 @@ def _mtime(info: Mapping[str, Any]) -> datetime | None:
             with contextlib.suppress(ValueError):
                 return datetime.fromisoformat(value.replace("Z", "+00:00"))
     return None
-
-
-def read_text(path: str, storage: Storage | None = None) -> str:
-    """A small UTF-8 file, whole (default: credentials from the environment)."""
-    return (storage or Storage()).read_text(path)
