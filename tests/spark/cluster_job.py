@@ -1,5 +1,6 @@
 """The time policies on ``local-cluster[2,1,1024]``: two executor JVMs, each with its own Python
-workers, then one executor killed mid-stream. Prints what it measured as JSON.
+workers (the worked example, dead letters, the idle timeout globally and per key), then one
+executor killed mid-stream. Prints what it measured as JSON.
 
 A child process of ``test_cluster.py`` (one process has one Spark master):
 ``python -m tests.spark.cluster_job``.
@@ -32,7 +33,7 @@ from tests.spark.test_policy_spark import (
     worked_rows,
 )
 from wmobs import BatchSummary, DeadLetter, QuerySnapshot, TimePolicy
-from wmobs.testing import local_spark
+from wmobs.testing import iso, local_spark
 
 WORKED = {
     "event_time": "EventTime",
@@ -124,6 +125,57 @@ def kill_one_executor_mid_stream(spark: Any, work: Path, files: int) -> dict[str
     }
 
 
+def idle_window_closes(spark: Any, work: Path, *, substreams: bool) -> dict[str, Any]:
+    """Three events in one 3-second window, then silence: the idle timeout (1 s) must close
+    the window with exactly those rows, after its end plus the timeout."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    name = "c_idle_sub" if substreams else "c_idle"
+    source = work / f"{name}-in"
+    now = time.time()
+    start = now // 3 * 3
+    times = [max(t, start) for t in (now - 0.2, now - 0.1, now)]
+    write_rows(source, "burst", [{"ts": iso(t), "device": "A", "v": 1} for t in times])
+    policy = TimePolicy(
+        event_time="ts",
+        arrival_time=None,
+        late_arrival="10 minutes",
+        idle_timeout="1 second",
+        substream_by=["device"] if substreams else None,
+        name=name,
+    )
+    checkpoint = str(work / f"{name}-ckpt")
+    stream = spark.readStream.schema("ts TIMESTAMP, device STRING, v LONG").json(str(source))
+    out = policy.apply(stream, checkpoint_location=checkpoint)
+    windows = out.groupBy(F.window("system_timestamp", "3 seconds")).agg(F.count("*").alias("n"))
+    with wmobs.attach(spark) as monitor:
+        query = (
+            windows.writeStream.queryName(name)
+            .format("memory")
+            .outputMode("append")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+
+        def emitted() -> list[Any]:
+            return spark.sql(f"SELECT window.start AS s, n FROM {name}").collect()
+
+        wait_until(lambda: bool(emitted()), timeout=120, what="the idle window")
+        seen = time.time()
+        rows = emitted()
+        snap = monitor.snapshot(name)
+        query.stop()
+    return {
+        "windows": [[r.s.timestamp(), r.n] for r in rows],
+        "window_start": start,
+        "after_end_plus_timeout": seen >= start + 3 + 1.0,
+        "firings": None if snap is None else snap.idle_timeout_firings,
+    }
+
+
 def main() -> None:
     os.environ["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
     spark = local_spark("wmobs-cluster", master="local-cluster[2,1,1024]")
@@ -140,6 +192,8 @@ def main() -> None:
         policy = TimePolicy(**WORKED, substream_by=["deviceId"], name="c_sub")
         kept, counts, _ = run_policy(spark, policy, work / "sub", work, "c_sub")
         result["substreams_exact"] = kept == expected_seconds(SUBSTREAM_EXPECTED)
+        result["idle"] = idle_window_closes(spark, work, substreams=False)
+        result["idle_substreams"] = idle_window_closes(spark, work, substreams=True)
         result["kill"] = kill_one_executor_mid_stream(spark, work, files=8)
     finally:
         spark.stop()

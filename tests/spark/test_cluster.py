@@ -23,6 +23,11 @@ def test_policies_on_separate_executors_and_an_executor_killed_mid_stream() -> N
         "out_of_order:adjusted": 2,
     }
     assert result["substreams_exact"] is True
+    # The idle timeout closes a quiet window, globally and per key, with exactly its rows.
+    for idle in (result["idle"], result["idle_substreams"]):
+        assert idle["windows"] == [[idle["window_start"], 3]]
+        assert idle["after_end_plus_timeout"] is True
+        assert idle["firings"] >= 1
     # One executor killed (SIGKILL) mid-stream: the query goes on, nothing lost or doubled.
     kill = result["kill"]
     assert len(kill["killed"]) == 1 and kill["executors_before"] == 2
