@@ -34,3 +34,18 @@ def s3_server() -> Iterator[Any]:
     yield server
     server.process.terminate()
     server.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Azure's blob service on 127.0.0.1 for this test run (Azurite, from npm: ``./dev test``
+    installs it into ``.tools/``)."""
+    pytest.importorskip("adlfs")
+    from tests.object_store import AZURITE, start_azurite
+
+    if not AZURITE.exists():
+        pytest.skip(f"Azurite is not installed at {AZURITE} (./dev test installs it with npm)")
+    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    yield server
+    server.process.terminate()
+    server.process.wait(timeout=30)

@@ -1,5 +1,6 @@
-"""A real S3-compatible server on 127.0.0.1 (moto's standalone server), started and stopped by
-the tests themselves."""
+"""Real object-store servers on 127.0.0.1, started and stopped by the tests themselves: an
+S3-compatible one (moto's standalone server, from PyPI) and Azure's (Azurite's blob service,
+from npm; ``./dev test`` installs it into ``.tools/``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wmobs import Storage
@@ -49,23 +51,79 @@ class S3Server:
         }
 
 
-def start_s3_server(timeout: float = 60.0) -> S3Server:
+def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _serve(command: list[str], port: int, what: str, timeout: float = 60.0) -> Any:
+    """Start ``command`` and wait until it accepts connections on ``port``."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
-    while True:  # until it accepts connections
+    while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return process
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise RuntimeError("moto's S3 server did not start") from None
+                raise RuntimeError(f"{what} did not start") from None
             time.sleep(0.1)
-    return S3Server(f"http://127.0.0.1:{port}", process)
+
+
+def start_s3_server() -> S3Server:
+    port = _free_port()
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return S3Server(f"http://127.0.0.1:{port}", _serve(command, port, "moto's S3 server"))
+
+
+ACCOUNT = "devstoreaccount1"
+"""Azurite's well-known development account and key (public, in Azurite's documentation)."""
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+AZURITE = (
+    Path(__file__).resolve().parent.parent / ".tools" / "node_modules" / ".bin" / "azurite-blob"
+)
+
+
+@dataclass(frozen=True)
+class AzureServer:
+    connection_string: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def storage(self) -> Storage:
+        return Storage(options={"connection_string": self.connection_string})
+
+    def create_container(self, name: str) -> str:
+        from azure.storage.blob import BlobServiceClient
+
+        BlobServiceClient.from_connection_string(self.connection_string).create_container(name)
+        return name
+
+    def blobs(self, container: str, prefix: str = "") -> dict[str, bytes]:
+        """Every blob under ``prefix``, read back with Azure's SDK (not through wmobs)."""
+        from azure.storage.blob import BlobServiceClient
+
+        client = BlobServiceClient.from_connection_string(self.connection_string)
+        box = client.get_container_client(container)
+        return {
+            b.name: box.download_blob(b.name).readall()
+            for b in box.list_blobs(name_starts_with=prefix)
+        }
+
+
+def start_azurite(data: Path) -> AzureServer:
+    port = _free_port()
+    command = [
+        str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+        "--location", str(data), "--skipApiVersionCheck", "--loose",
+    ]  # fmt: skip
+    connection = (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+    )
+    return AzureServer(connection, _serve(command, port, "Azurite"))

@@ -43,16 +43,21 @@ EXPECTED_KEPT = {1, 6, 8, 10, 12}
 
 def _read_dead_letters(dead: str, request: pytest.FixtureRequest) -> list[dict[str, Any]]:
     """Every dead-letter row with its ``batch_id`` partition, read back without wmobs."""
-    if not dead.startswith("s3a://"):
+    if "://" not in dead:
         return ds.dataset(dead, format="parquet", partitioning="hive").to_table().to_pylist()
     import io
 
     import pyarrow.parquet as pq
 
-    s3 = request.getfixturevalue("s3_server")
-    bucket, prefix = dead[len("s3a://") :].split("/", 1)
+    if dead.startswith("s3a://"):
+        bucket, prefix = dead[len("s3a://") :].split("/", 1)
+        objects = request.getfixturevalue("s3_server").objects(bucket, prefix + "/")
+    else:
+        container, _, rest = dead[len("abfss://") :].partition("@")
+        prefix = rest.split("/", 1)[1]
+        objects = request.getfixturevalue("azure_server").blobs(container, prefix + "/")
     rows = []
-    for key, body in s3.objects(bucket, prefix + "/").items():
+    for key, body in objects.items():
         assert key.endswith(".parquet") and "/batch_id=" in key, key  # no temporary objects
         batch = int(key.split("/batch_id=")[1].split("/")[0])
         rows += [r | {"batch_id": batch} for r in pq.read_table(io.BytesIO(body)).to_pylist()]
@@ -71,19 +76,24 @@ def _files(directory: Path, batches: list[list[tuple[Any, ...]]], start: int) ->
     return rows
 
 
-@pytest.mark.parametrize("destination", ["local", "s3a"])
+@pytest.mark.parametrize("destination", ["local", "s3a", "abfss"])
 def test_conservation_across_restart(
     spark: Any, tmp_path: Path, destination: str, request: pytest.FixtureRequest
 ) -> None:
-    """On a local directory, and on ``s3a://`` (a real S3-compatible server on 127.0.0.1,
-    written by the executors' Python workers, read back with boto3)."""
+    """On a local directory, on ``s3a://`` and on ``abfss://`` (real servers on 127.0.0.1,
+    written by the executors' Python workers, read back with the stores' own SDKs)."""
     source, sink = tmp_path / "in", tmp_path / "kept"
     checkpoint = str(tmp_path / "ckpt")
     if destination == "local":
         dead, storage = str(tmp_path / "dead"), None
-    else:
+    elif destination == "s3a":
         s3 = request.getfixturevalue("s3_server")
         dead, storage = f"s3a://{s3.create_bucket('wmobs-dead-letters')}/dead", s3.storage
+    else:
+        azure = request.getfixturevalue("azure_server")
+        container = azure.create_container("wmobs-dead-letters")
+        dead = f"abfss://{container}@devstoreaccount1.dfs.core.windows.net/dead"
+        storage = azure.storage
     policy = TimePolicy(
         event_time="ts",
         arrival_time="arr",

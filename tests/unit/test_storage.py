@@ -1,8 +1,8 @@
-"""The storage layer against a real S3-compatible server on 127.0.0.1, and its clear errors.
+"""The storage layer against real object-store servers on 127.0.0.1, and its clear errors.
 
 No JVM: these run what the executors run (state versions, dead-letter files, the offsets log),
-through the same layer, against moto's standalone server (started by the ``s3_server``
-fixture) and local paths.
+through the same layer, against moto's standalone S3 server and Azurite's blob service (started
+by the ``s3_server`` and ``azure_server`` fixtures) and local paths.
 """
 
 from __future__ import annotations
@@ -178,3 +178,35 @@ def test_local_writes_are_renamed_into_place(tmp_path: Path) -> None:
     Storage().write_once(str(target), b"whole")
     assert target.read_bytes() == b"whole"
     assert sorted(p.name for p in target.parent.iterdir()) == ["file"]  # no temporary left
+
+
+def test_write_once_and_state_versions_on_azure(azure_server: Any) -> None:
+    """``abfss://`` and ``wasbs://`` on Azurite: one whole blob per write, a retry replaces it,
+    substream state versions read back by another store."""
+    container = azure_server.create_container(f"wmobs-{uuid.uuid4().hex[:12]}")
+    storage = azure_server.storage
+    abfss = f"abfss://{container}@devstoreaccount1.dfs.core.windows.net"
+    storage.write_once(f"{abfss}/dl/batch_id=3/part-00001.json", b"first attempt")
+    storage.write_once(f"{abfss}/dl/batch_id=3/part-00001.json", b"retry")
+    assert azure_server.blobs(container) == {"dl/batch_id=3/part-00001.json": b"retry"}
+    wasbs = f"wasbs://{container}@devstoreaccount1.blob.core.windows.net"
+    assert storage.read_text(f"{wasbs}/dl/batch_id=3/part-00001.json") == "retry"
+    assert storage.dirs(f"{wasbs}/dl") == ["batch_id=3"]
+
+    stage = SubstreamStage(f"{abfss}/chk", storage=storage)
+    stage.feed([(1, 500)])
+    assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]
+    stage.batch -= 1  # a retried batch
+    assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]
+    assert StateStore(f"{wasbs}/chk/state", storage).load(1, 2).max_us.tolist() == [500]
+    assert sorted(azure_server.blobs(container, "chk/")) == [
+        "chk/state/1/0.arrow",
+        "chk/state/1/1.arrow",
+    ]
+
+
+def test_a_missing_container_is_named(azure_server: Any) -> None:
+    with pytest.raises(StorageError, match="container 'no-such-container' does not exist"):
+        azure_server.storage.check(
+            "abfss://no-such-container@devstoreaccount1.dfs.core.windows.net/chk", "dead_letter"
+        )
