@@ -210,3 +210,19 @@ def test_time_policy_says_which_spark_it_needs(spark: Any, tmp_path: Path) -> No
     else:
         with pytest.raises(RuntimeError, match=r"TimePolicy needs Spark >= 4.0"):
             policy.apply(stream, checkpoint_location=str(tmp_path / "chk"))
+
+
+def test_attach_over_connect_says_which_pyspark_it_needs() -> None:
+    """PySpark 3.5 ships a Connect session's listeners to the server: attach says so at once,
+    before it touches the session. (A 3.5 Connect session cannot be created here without a
+    Connect server, whose jar only Maven has; tried by hand against a 4.3 server, 3.5's
+    ``addListener`` fails to pickle the listener. The object stands in for the session.)"""
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        pytest.skip("PySpark >= 4.0 runs Connect listeners on the client (tested in test_connect)")
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    remote = object.__new__(ConnectSession)
+    with pytest.raises(RuntimeError, match=r"over Spark Connect needs PySpark >= 4\.0"):
+        wmobs.attach(remote)

@@ -124,6 +124,22 @@ class Monitor:
         self.close()
 
 
+def _require_client_side_listeners(spark: Any) -> None:
+    """Spark Connect runs a listener in the client only from PySpark 4.0 on: PySpark 3.5 pickles
+    it to the server, which can neither pickle wmobs' listener (it holds locks) nor feed the
+    client's metrics from there."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return
+    from pyspark import __version__ as version
+
+    if int(version.split(".", 1)[0]) < 4:
+        raise RuntimeError(
+            f"wmobs.attach over Spark Connect needs PySpark >= 4.0 on the client (PySpark "
+            f"{version} runs listeners on the Connect server, not in this process). Attach "
+            "to a classic session of the application instead, or use a 4.x client."
+        )
+
+
 def attach(
     spark: Any,
     *,
@@ -152,7 +168,9 @@ def attach(
       on Spark's listener thread; keep it quick. Its exceptions are logged and swallowed.
 
     Queries already running are picked up at once; queries started later, as they start.
+    Spark 3.5 and 4.x; over Spark Connect, 4.x (see :func:`_require_client_side_listeners`).
     """
+    _require_client_side_listeners(spark)
     from wmobs.listener._spark_listener import WmobsListener
 
     tracker = Tracker(clock=clock)
