@@ -8,7 +8,9 @@
    the baseline of the same run.
 2. ``event``: the cost of one progress event through the listener, pure Python: a progress
    JSON string with two state operators and a wmobs observation, parsed and folded, with
-   structlog filtering at INFO as a production application would.
+   structlog filtering at INFO as a production application would. ``scrape``: one scrape of
+   ``/metrics`` with ``--queries`` active queries (default 100), wmobs' endpoint over HTTP
+   against OpenTelemetry's Prometheus exporter on the same samples.
 3. ``policy``: the same aggregation (append mode, ``processAllAvailable``) alone and behind a
    ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
    10,000 keys (Spark's default state store). Throughput is that of the running query (first
@@ -83,6 +85,65 @@ def bench_event(iterations: int) -> dict[str, float]:
     per_scrape_us = (time.perf_counter() - started) / scrapes * 1e6
     rec.shutdown()
     return {"progress_event_us": per_event_us, "scrape_us": per_scrape_us}
+
+
+def bench_scrape(queries: int, scrapes: int = 50) -> dict[str, float]:
+    """One scrape of ``/metrics`` with ``queries`` active queries (each with two stateful
+    operators, policy counts, dead letters and a batch-duration histogram): wmobs' endpoint over
+    HTTP on 127.0.0.1, and the same samples through OpenTelemetry's Prometheus exporter (what
+    the endpoint used before), in the same run. Median of ``scrapes`` each."""
+    import urllib.request
+
+    from prometheus_client import generate_latest
+
+    from wmobs.listener._exposition import Exposition, MetricsServer
+
+    rec = MetricsRecorder()
+    now = time.time()
+    for q in range(queries):
+        for batch in range(3):
+            body = progress_json(
+                name=f"query_{q}",
+                batch_id=batch,
+                watermark=now - 30,
+                event_time_max=now,
+                state_operators=[state_operator(rows_total=batch), state_operator("dedupe")],
+                observed={
+                    "wmobs.policy.p": {
+                        "policy:late_arrival:adjusted": 3,
+                        "dead_letter_rows": 1,
+                        "idle_timeout_firings": 0,
+                    }
+                },
+            )
+            rec.tracker.on_progress(body)
+            rec.instruments.record_batch_duration(f"query_{q}", 0.25)
+    server = MetricsServer("127.0.0.1", 0, Exposition(rec.tracker))
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+
+    def endpoint() -> None:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            response.read()
+
+    def timed(fn: Callable[[], Any]) -> float:
+        for _ in range(5):  # warm-up
+            fn()
+        samples = []
+        for _ in range(scrapes):
+            started = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples) * 1000
+
+    try:
+        return {
+            "endpoint_ms": timed(endpoint),
+            "sdk_exporter_ms": timed(lambda: generate_latest(rec.registry)),
+        }
+    finally:
+        server.shutdown()
+        server.server_close()
+        rec.shutdown()
 
 
 # ---- 1. throughput -----------------------------------------------------------------------
@@ -376,7 +437,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per variant (>=3)")
     parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--only", choices=["listener", "event", "policy", "idle"], default=None)
+    parser.add_argument(
+        "--only", choices=["listener", "event", "scrape", "policy", "idle"], default=None
+    )
+    parser.add_argument("--queries", type=int, default=100, help="scrape: active queries")
     parser.add_argument(
         "--variant", action="append", default=None, help="policy variants to run (repeatable)"
     )
@@ -391,6 +455,13 @@ def main() -> None:
         event = bench_event(args.events)
         print(f"one progress event through the listener: {event['progress_event_us']:.1f} µs")
         print(f"one scrape of one query's metrics:       {event['scrape_us']:.1f} µs")
+    if args.only in (None, "scrape"):
+        scrape = bench_scrape(args.queries)
+        print(
+            f"one scrape of /metrics, {args.queries} active queries: wmobs' endpoint "
+            f"{scrape['endpoint_ms']:.1f} ms (over HTTP), OpenTelemetry's Prometheus exporter "
+            f"{scrape['sdk_exporter_ms']:.1f} ms (median of 50)"
+        )
     if args.only in (None, "listener"):
         result = bench_listener(args.rows, max(3, args.runs))
         _report(f"windowed aggregation, {args.rows:,} rows, 10 batches, median of runs:", result)

@@ -3,10 +3,11 @@ client).
 
 :func:`attach` wires a :class:`~pyspark.sql.streaming.StreamingQueryListener` to a
 :class:`Tracker` (per-query snapshots, pure Python) and to OpenTelemetry instruments
-(:mod:`wmobs.listener.metrics`) exported to Prometheus and OTLP. It reads what the policy half
-counted only through ``progress.observedMetrics`` (:mod:`wmobs.observations`), and needs
-nothing from PySpark beyond the listener API (Spark 3.5 and 4.x). Importing this package does
-not import PySpark.
+(:mod:`wmobs.listener.metrics`) exported over OTLP or to your meter provider; the Prometheus
+endpoint renders the same instruments straight from the tracker (``_exposition``). It reads
+what the policy half counted only through ``progress.observedMetrics``
+(:mod:`wmobs.observations`), and needs nothing from PySpark beyond the listener API (Spark 3.5
+and 4.x). Importing this package does not import PySpark.
 """
 
 from __future__ import annotations

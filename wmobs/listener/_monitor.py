@@ -16,10 +16,10 @@ from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker
 from wmobs.listener.metrics import Instruments
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
     from prometheus_client import CollectorRegistry
+
+    from wmobs.listener._exposition import MetricsServer
 
 __all__ = ["Monitor", "attach"]
 
@@ -59,7 +59,7 @@ class Monitor:
         tracker: Tracker,
         listener: Any,
         private_provider: SdkMeterProvider | None,
-        server: WSGIServer | None,
+        server: MetricsServer | None,
         registry: CollectorRegistry | None,
         prometheus_addr: str | None,
     ) -> None:
@@ -157,8 +157,9 @@ def attach(
       global one (``opentelemetry.metrics.get_meter_provider()``), so an application that set
       up OpenTelemetry gets wmobs' metrics with its own.
     - ``prometheus_port``: also serve ``/metrics`` on ``prometheus_addr:prometheus_port``
-      (``0`` picks a free port: read ``Monitor.prometheus_port``), from a private provider and
-      registry, so nothing global is touched.
+      (``0`` picks a free port: read ``Monitor.prometheus_port``), rendered from the tracker
+      when scraped (:mod:`wmobs.listener._exposition`), with a private registry, so nothing
+      global is touched.
     - ``otlp_endpoint``: also push over OTLP/HTTP (needs ``wmobs[otlp]``): a URL such as
       ``http://127.0.0.1:4318``, or ``True`` to take everything from the standard
       ``OTEL_EXPORTER_OTLP_*`` variables (which also set headers, timeout and compression).
@@ -176,34 +177,29 @@ def attach(
     tracker = Tracker(clock=clock)
     instruments = [Instruments(tracker, meter_provider)]
 
-    readers: list[Any] = []
-    registry = None
-    if prometheus_port is not None:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry
-
-        registry = CollectorRegistry()
-        readers.append(PrometheusMetricReader(registry=registry, scope_info_enabled=False))
-    if otlp_endpoint:
-        readers.append(_otlp_reader(otlp_endpoint))
     private_provider = None
-    if readers:
+    if otlp_endpoint:
         from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
         private_provider = SdkMeterProvider(
-            metric_readers=readers, resource=Resource.create({SERVICE_NAME: "wmobs"})
+            metric_readers=[_otlp_reader(otlp_endpoint)],
+            resource=Resource.create({SERVICE_NAME: "wmobs"}),
         )
         instruments.append(Instruments(tracker, private_provider))
 
     server = None
-    if registry is not None:
-        from prometheus_client import start_http_server
+    registry = None
+    if prometheus_port is not None:
+        from prometheus_client import CollectorRegistry
 
+        from wmobs.listener._exposition import Exposition, MetricsServer
+
+        exposition = Exposition(tracker)
+        registry = CollectorRegistry()
+        registry.register(exposition)
         try:
-            server, _thread = start_http_server(
-                int(prometheus_port or 0), addr=prometheus_addr, registry=registry
-            )
+            server = MetricsServer(prometheus_addr, int(prometheus_port or 0), exposition)
         except OSError:
             if private_provider is not None:
                 private_provider.shutdown()

@@ -11,6 +11,7 @@ import copy
 import json
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,6 +26,7 @@ from wmobs.observations import (
 )
 
 __all__ = [
+    "BATCH_DURATION_BUCKETS",
     "OUTCOMES",
     "BatchSummary",
     "OperatorSnapshot",
@@ -35,6 +37,10 @@ __all__ = [
 ]
 
 OUTCOMES: tuple[str, ...] = ("stopped", "failed")
+BATCH_DURATION_BUCKETS: tuple[float, ...] = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of ``wmobs_batch_duration_seconds``: micro-batches, not requests."""
 T = TypeVar("T")
 
 
@@ -95,6 +101,12 @@ class QuerySnapshot:
     idle_timeout_firings: int | None = None
     terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     last_exception: str | None = None
+    batch_durations: list[int] = field(
+        default_factory=lambda: [0] * (len(BATCH_DURATION_BUCKETS) + 1)
+    )
+    """Micro-batches per bucket of :data:`BATCH_DURATION_BUCKETS` (not cumulative; the last
+    one above the largest bound)."""
+    batch_duration_sum: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -231,6 +243,9 @@ class Tracker:
                 dropped_total += _fold_operator(snap, label, op)
             if not observed.empty:
                 _fold_observed(snap, observed)
+            if duration_s is not None:
+                snap.batch_durations[bisect_left(BATCH_DURATION_BUCKETS, duration_s)] += 1
+                snap.batch_duration_sum += duration_s
             label = snap.label
 
         return BatchSummary(

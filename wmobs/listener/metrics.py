@@ -54,13 +54,21 @@ Most users never touch this module: :func:`wmobs.attach` wires it up.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter
 
 from wmobs._version import __version__
-from wmobs.listener._tracker import QuerySnapshot, Tracker
+from wmobs.listener._tracker import BATCH_DURATION_BUCKETS, QuerySnapshot, Tracker
 
-__all__ = ["BATCH_DURATION_BUCKETS", "CONTRACT", "Instruments", "Tracker"]
+__all__ = [
+    "BATCH_DURATION_BUCKETS",
+    "CONTRACT",
+    "OBSERVABLES",
+    "Instruments",
+    "Observable",
+    "Tracker",
+]
 
 CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_watermark_delay_seconds": ("gauge", ("query",)),
@@ -80,10 +88,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 """The metric contract (the README's "Metrics" table): Prometheus name -> (type, labels)."""
 
-BATCH_DURATION_BUCKETS: tuple[float, ...] = (
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-)  # fmt: skip
-"""Upper bounds (seconds) of ``wmobs_batch_duration_seconds``: micro-batches, not requests."""
+BATCH_DURATION_HELP = "Trigger execution time per micro-batch."
 
 
 def _q(snap: QuerySnapshot) -> dict[str, str]:
@@ -105,6 +110,146 @@ def _active_time_gauge(value_of: str) -> ObserveFn:
     return fn
 
 
+# ---- callbacks: (snapshot, now) -> observations ----------------------------------------
+
+
+def _watermark_timestamp(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.active and snap.watermark is not None:
+        yield Observation(snap.watermark, _q(snap))
+
+
+def _input_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    yield Observation(snap.input_rows, _q(snap))
+
+
+def _dropped_by_watermark(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    for op, state in snap.operators.items():
+        yield Observation(state.rows_dropped_by_watermark, {"query": snap.label, "operator": op})
+
+
+def _state_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.active:
+        for op, state in snap.operators.items():
+            if state.state_rows is not None:
+                yield Observation(state.state_rows, {"query": snap.label, "operator": op})
+
+
+def _state_memory(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.active:
+        for op, state in snap.operators.items():
+            if state.state_memory_bytes is not None:
+                yield Observation(state.state_memory_bytes, {"query": snap.label, "operator": op})
+
+
+def _policy_events(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    for (policy, action), count in snap.policy_events.items():
+        yield Observation(count, {"query": snap.label, "policy": policy, "action": action})
+
+
+def _dead_letter_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.dead_letter_rows is not None:
+        yield Observation(snap.dead_letter_rows, _q(snap))
+
+
+def _idle_timeout_firings(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.idle_timeout_firings is not None:
+        yield Observation(snap.idle_timeout_firings, _q(snap))
+
+
+def _query_active(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    yield Observation(1 if snap.active else 0, _q(snap))
+
+
+def _terminations(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    for outcome, count in snap.terminations.items():
+        yield Observation(count, {"query": snap.label, "outcome": outcome})
+
+
+@dataclass(frozen=True)
+class Observable:
+    """One observable instrument: computed from the tracker when collected."""
+
+    name: str
+    """The OpenTelemetry name (``wmobs.watermark.delay``)."""
+    prometheus: str
+    """The name Prometheus scrapes (the exporter's rule: dots to ``_``, the unit's suffix,
+    ``_total`` for counters)."""
+    kind: str
+    """``gauge`` or ``counter``."""
+    unit: str
+    description: str
+    fn: ObserveFn
+
+
+OBSERVABLES: tuple[Observable, ...] = (
+    Observable(
+        "wmobs.watermark.delay", "wmobs_watermark_delay_seconds", "gauge", "s",
+        "Wall clock at collection minus the largest watermark seen.",
+        _active_time_gauge("watermark"),
+    ),
+    Observable(
+        "wmobs.watermark.timestamp", "wmobs_watermark_timestamp_seconds", "gauge", "s",
+        "Largest watermark seen, unix seconds.",
+        _watermark_timestamp,
+    ),
+    Observable(
+        "wmobs.event_time.lag", "wmobs_event_time_lag_seconds", "gauge", "s",
+        "Wall clock at collection minus the largest event time seen.",
+        _active_time_gauge("max_event_time"),
+    ),
+    Observable(
+        "wmobs.source.idle", "wmobs_source_idle_seconds", "gauge", "s",
+        "Wall clock minus the end of the last micro-batch that had input rows.",
+        _active_time_gauge("last_data_batch_end"),
+    ),
+    Observable(
+        "wmobs.input.rows", "wmobs_input_rows_total", "counter", "{row}",
+        "Rows read by the query.",
+        _input_rows,
+    ),
+    Observable(
+        "wmobs.rows.dropped_by_watermark", "wmobs_rows_dropped_by_watermark_total", "counter",
+        "{row}",
+        "Spark's numRowsDroppedByWatermark per stateful operator (after partial aggregation).",
+        _dropped_by_watermark,
+    ),
+    Observable(
+        "wmobs.state.rows", "wmobs_state_rows", "gauge", "{row}", "Rows in state.", _state_rows
+    ),
+    Observable(
+        "wmobs.state.memory", "wmobs_state_memory_bytes", "gauge", "By",
+        "Memory used by state.",
+        _state_memory,
+    ),
+    Observable(
+        "wmobs.policy.events", "wmobs_policy_events_total", "counter", "{event}",
+        "Rows per time-policy verdict.",
+        _policy_events,
+    ),
+    Observable(
+        "wmobs.dead_letter.rows", "wmobs_dead_letter_rows_total", "counter", "{row}",
+        "Rows written to the dead-letter destination.",
+        _dead_letter_rows,
+    ),
+    Observable(
+        "wmobs.idle_timeout.firings", "wmobs_idle_timeout_firings_total", "counter", "{firing}",
+        "Windows closed by the idle timeout.",
+        _idle_timeout_firings,
+    ),
+    Observable(
+        "wmobs.query.active", "wmobs_query_active", "gauge", "{query}",
+        "1 while the query runs, 0 after it terminated.",
+        _query_active,
+    ),
+    Observable(
+        "wmobs.query.terminations", "wmobs_query_terminations_total", "counter", "{query}",
+        "Query terminations by outcome (stopped, failed).",
+        _terminations,
+    ),
+)  # fmt: skip
+"""Every instrument but the batch-duration histogram, which is recorded, not observed."""
+
+
 class Instruments:
     """Creates every wmobs instrument on ``meter_provider`` (default: the global one).
 
@@ -115,74 +260,22 @@ class Instruments:
     def __init__(self, tracker: Tracker, meter_provider: MeterProvider | None = None) -> None:
         self._tracker = tracker
         meter = get_meter("wmobs", __version__, meter_provider)
-
-        def gauge(name: str, unit: str, description: str, fn: ObserveFn) -> None:
-            meter.create_observable_gauge(
-                name, callbacks=[self._callback(fn)], unit=unit, description=description
+        for spec in OBSERVABLES:
+            create = (
+                meter.create_observable_gauge
+                if spec.kind == "gauge"
+                else meter.create_observable_counter
             )
-
-        def counter(name: str, unit: str, description: str, fn: ObserveFn) -> None:
-            meter.create_observable_counter(
-                name, callbacks=[self._callback(fn)], unit=unit, description=description
+            create(
+                spec.name,
+                callbacks=[self._callback(spec.fn)],
+                unit=spec.unit,
+                description=spec.description,
             )
-
-        gauge(
-            "wmobs.watermark.delay", "s",
-            "Wall clock at collection minus the largest watermark seen.",
-            _active_time_gauge("watermark"),
-        )  # fmt: skip
-        gauge(
-            "wmobs.watermark.timestamp", "s",
-            "Largest watermark seen, unix seconds.",
-            self._watermark_timestamp,
-        )  # fmt: skip
-        gauge(
-            "wmobs.event_time.lag", "s",
-            "Wall clock at collection minus the largest event time seen.",
-            _active_time_gauge("max_event_time"),
-        )  # fmt: skip
-        gauge(
-            "wmobs.source.idle", "s",
-            "Wall clock minus the end of the last micro-batch that had input rows.",
-            _active_time_gauge("last_data_batch_end"),
-        )  # fmt: skip
-        counter("wmobs.input.rows", "{row}", "Rows read by the query.", self._input_rows)
-        counter(
-            "wmobs.rows.dropped_by_watermark", "{row}",
-            "Spark's numRowsDroppedByWatermark per stateful operator (after partial aggregation).",
-            self._dropped_by_watermark,
-        )  # fmt: skip
-        gauge("wmobs.state.rows", "{row}", "Rows in state.", self._state_rows)
-        gauge("wmobs.state.memory", "By", "Memory used by state.", self._state_memory)
-        counter(
-            "wmobs.policy.events", "{event}",
-            "Rows per time-policy verdict.",
-            self._policy_events,
-        )  # fmt: skip
-        counter(
-            "wmobs.dead_letter.rows", "{row}",
-            "Rows written to the dead-letter destination.",
-            self._dead_letter_rows,
-        )  # fmt: skip
-        counter(
-            "wmobs.idle_timeout.firings", "{firing}",
-            "Windows closed by the idle timeout.",
-            self._idle_timeout_firings,
-        )  # fmt: skip
-        gauge(
-            "wmobs.query.active", "{query}",
-            "1 while the query runs, 0 after it terminated.",
-            self._query_active,
-        )  # fmt: skip
-        counter(
-            "wmobs.query.terminations", "{query}",
-            "Query terminations by outcome (stopped, failed).",
-            self._terminations,
-        )  # fmt: skip
         self._batch_duration = meter.create_histogram(
             "wmobs.batch.duration",
             unit="s",
-            description="Trigger execution time per micro-batch.",
+            description=BATCH_DURATION_HELP,
             explicit_bucket_boundaries_advisory=BATCH_DURATION_BUCKETS,
         )
 
@@ -196,61 +289,3 @@ class Instruments:
 
     def record_batch_duration(self, label: str, seconds: float) -> None:
         self._batch_duration.record(seconds, {"query": label})
-
-    # ---- callbacks: (snapshot, now) -> observations ------------------------------------
-
-    @staticmethod
-    def _watermark_timestamp(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        if snap.active and snap.watermark is not None:
-            yield Observation(snap.watermark, _q(snap))
-
-    @staticmethod
-    def _input_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        yield Observation(snap.input_rows, _q(snap))
-
-    @staticmethod
-    def _dropped_by_watermark(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        for op, state in snap.operators.items():
-            yield Observation(
-                state.rows_dropped_by_watermark, {"query": snap.label, "operator": op}
-            )
-
-    @staticmethod
-    def _state_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        if snap.active:
-            for op, state in snap.operators.items():
-                if state.state_rows is not None:
-                    yield Observation(state.state_rows, {"query": snap.label, "operator": op})
-
-    @staticmethod
-    def _state_memory(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        if snap.active:
-            for op, state in snap.operators.items():
-                if state.state_memory_bytes is not None:
-                    yield Observation(
-                        state.state_memory_bytes, {"query": snap.label, "operator": op}
-                    )
-
-    @staticmethod
-    def _policy_events(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        for (policy, action), count in snap.policy_events.items():
-            yield Observation(count, {"query": snap.label, "policy": policy, "action": action})
-
-    @staticmethod
-    def _dead_letter_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        if snap.dead_letter_rows is not None:
-            yield Observation(snap.dead_letter_rows, _q(snap))
-
-    @staticmethod
-    def _idle_timeout_firings(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        if snap.idle_timeout_firings is not None:
-            yield Observation(snap.idle_timeout_firings, _q(snap))
-
-    @staticmethod
-    def _query_active(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        yield Observation(1 if snap.active else 0, _q(snap))
-
-    @staticmethod
-    def _terminations(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-        for outcome, count in snap.terminations.items():
-            yield Observation(count, {"query": snap.label, "outcome": outcome})

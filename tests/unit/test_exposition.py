@@ -1,0 +1,109 @@
+"""The Prometheus endpoint renders from the tracker exactly what OpenTelemetry's exporter would:
+the same samples, names, labels and values, over a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+from prometheus_client import generate_latest
+from structlog.testing import capture_logs
+
+from wmobs.listener._exposition import CONTENT_TYPE, Exposition, MetricsServer
+from wmobs.listener._spark_listener import WmobsListener
+from wmobs.testing import MetricsRecorder, parse_metrics, progress_json, state_operator
+
+NOW = 1_800_000_000.0
+
+
+def _feed(listener: WmobsListener, names: list[str]) -> None:
+    for q, name in enumerate(names):
+        for batch, duration_ms in enumerate([10, 50, 240, 999, 2_500, 700_000, 0]):
+            listener._progress(
+                progress_json(
+                    name=name,
+                    batch_id=batch,
+                    duration_ms=duration_ms,
+                    watermark=NOW - 30 - q,
+                    event_time_max=NOW - q,
+                    timestamp=NOW - 5,
+                    state_operators=[
+                        state_operator(rows_total=batch, dropped_by_watermark=1),
+                        state_operator(rows_total=2 * batch),
+                    ],
+                    observed={
+                        "wmobs.policy.p": {
+                            "policy:late_arrival:adjusted": batch,
+                            "policy:early_arrival:dropped": 1,
+                            "dead_letter_rows": 1,
+                            "idle_timeout_firings": batch % 2,
+                        }
+                    },
+                )
+            )
+
+
+def _busy_recorder() -> MetricsRecorder:
+    """Queries of every kind, fed through the real listener (which also records the SDK's
+    histogram): watermarks, operators (one repeated), policy counts, dead letters, firings, a
+    failed and a stopped query, a name that needs escaping, batches in every duration bucket."""
+    rec = MetricsRecorder(clock=lambda: NOW)
+    listener = WmobsListener(rec.tracker, [rec.instruments])
+    with capture_logs():  # the listener's own log lines are not what this is about
+        _feed(listener, ["plain", 'quote"and\\slash', "stopped", "failed"])
+    for name, exception in (("stopped", None), ("failed", "boom")):
+        snap = rec.tracker.snapshot(name)
+        assert snap is not None
+        rec.tracker.on_terminated(snap.query_id, exception)
+    rec.tracker.on_started("new-id", "run", "not_yet")  # no progress: active, no time gauges
+    return rec
+
+
+def _without_target_info(samples: dict[Any, float]) -> dict[Any, float]:
+    return {k: v for k, v in samples.items() if k[0] != "target_info"}
+
+
+def test_the_endpoint_renders_what_the_sdk_exporter_would() -> None:
+    rec = _busy_recorder()
+    direct = parse_metrics(Exposition(rec.tracker).render().decode())
+    via_sdk = _without_target_info(parse_metrics(generate_latest(rec.registry).decode()))
+    assert len(direct) > 100
+    assert direct == via_sdk
+    rec.shutdown()
+
+
+def test_help_and_type_lines_match_the_sdk_exporter() -> None:
+    rec = _busy_recorder()
+
+    def headers(text: str) -> list[str]:
+        lines = [line for line in text.splitlines() if line.startswith("#")]
+        return sorted(line for line in lines if "target_info" not in line)
+
+    assert headers(Exposition(rec.tracker).render().decode()) == headers(
+        generate_latest(rec.registry).decode()
+    )
+    rec.shutdown()
+
+
+def test_served_over_http_and_collected_through_a_registry() -> None:
+    from prometheus_client import CollectorRegistry
+
+    rec = _busy_recorder()
+    exposition = Exposition(rec.tracker)
+    server = MetricsServer("127.0.0.1", 0, exposition)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.headers["Content-Type"] == CONTENT_TYPE
+            body = response.read()
+        assert body == exposition.render()
+    finally:
+        server.shutdown()
+        server.server_close()
+    registry = CollectorRegistry()
+    registry.register(exposition)
+    assert registry.get_sample_value("wmobs_input_rows_total", {"query": "plain"}) == 70
+    assert parse_metrics(generate_latest(registry).decode()) == parse_metrics(body.decode())
+    rec.tracker.close()
+    assert exposition.render() == b""  # a closed monitor exports nothing
+    rec.shutdown()
