@@ -15,7 +15,11 @@
    ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
    10,000 keys (Spark's default state store). Throughput is that of the running query (first
    micro-batch's start to last one's end); query start-up is reported apart.
-4. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
+4. ``latency``: the time each micro-batch takes, 25 micro-batches of 1,000 rows (one file
+   each) to a windowed count, alone and behind the global policy, the global policy with dead
+   letters and substreams; p50 and p95 side by side, and with ``--plot FILE.png`` their
+   distributions.
+5. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
    idle timeout (``--trigger`` sets the trigger interval).
 
 Speed is never asserted in tests; this script reports it.
@@ -278,19 +282,13 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
-    """A windowed aggregation alone vs behind a TimePolicy (global, substreams, dead letters)."""
+def _policy_input(spark: Any, directory: Path, rows: int, files: int) -> str:
+    """The policy benchmarks' input (event and arrival times, 10 and 10,000 keys); its schema."""
     from pyspark.sql import functions as F
 
-    from wmobs import TimePolicy
-    from wmobs.testing import local_spark
-
-    spark = local_spark("wmobs-bench-policy")
-    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
-    files = 40
     _make_input(
         spark,
-        work / "in",
+        directory,
         rows,
         files,
         lambda ms, row: [
@@ -300,7 +298,53 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
             (row % 10_000).alias("device10k"),
         ],
     )
-    schema = "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
+    return "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
+
+
+def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str]]:
+    """The policy benchmark's variants: ``name -> (make(stream, checkpoint), time column)``
+    (dead letters go to ``work / "dead"``)."""
+    from wmobs import TimePolicy
+
+    def policy(**kw: Any) -> Callable[[Any, str], Any]:
+        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
+        return lambda df, ck: p.apply(df, checkpoint_location=ck)
+
+    def with_dead_letters() -> Callable[[Any, str], Any]:
+        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
+        return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
+
+    makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
+        "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
+        "global policy": (policy(), "system_timestamp"),
+        "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
+        "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
+        "substreams, 10 keys": (
+            policy(substream_by=["device10"], name="keys10"),
+            "system_timestamp",
+        ),
+        "substreams, 10,000 keys": (
+            policy(substream_by=["device10k"], name="keys10k"),
+            "system_timestamp",
+        ),
+        "substreams, 10 keys + idle timeout": (
+            policy(substream_by=["device10"], idle_timeout="1 minute", name="keys10_idle"),
+            "system_timestamp",
+        ),
+    }
+    return makers
+
+
+def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
+    """A windowed aggregation alone vs behind a TimePolicy (global, substreams, dead letters)."""
+    from pyspark.sql import functions as F
+
+    from wmobs.testing import local_spark
+
+    spark = local_spark("wmobs-bench-policy")
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
+    files = 40
+    schema = _policy_input(spark, work / "in", rows, files)
 
     startups: dict[str, list[float]] = {}
 
@@ -333,26 +377,7 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         startups.setdefault(name, []).append(begin - started)
         return end + last["durationMs"]["triggerExecution"] / 1000 - begin
 
-    def policy(**kw: Any) -> Callable[[Any, str], Any]:
-        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
-        return lambda df, ck: p.apply(df, checkpoint_location=ck)
-
-    def with_dead_letters() -> Callable[[Any, str], Any]:
-        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
-        return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
-
-    makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
-        "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
-        "global policy": (policy(), "system_timestamp"),
-        "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
-        "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
-        "substreams, 10 keys": (policy(substream_by=["device10"]), "system_timestamp"),
-        "substreams, 10,000 keys": (policy(substream_by=["device10k"]), "system_timestamp"),
-        "substreams, 10 keys + idle timeout": (
-            policy(substream_by=["device10"], idle_timeout="1 minute"),
-            "system_timestamp",
-        ),
-    }
+    makers = _policy_makers(work)
     variants: dict[str, Callable[[], float]] = {
         name: (lambda make=make, column=column, name=name: run(make, column, name))
         for name, (make, column) in makers.items()
@@ -366,6 +391,95 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+LATENCY_VARIANTS = (
+    "baseline",
+    "global policy",
+    "global policy + dead letters",
+    "substreams, 10 keys",
+)
+
+
+def bench_latency(runs: int, batches: int = 25, rows_per_batch: int = 1000) -> dict[str, Any]:
+    """Added latency per micro-batch: ``batches`` micro-batches of ``rows_per_batch`` rows (one
+    file each), a 10-second windowed count to the ``noop`` sink, alone and behind each policy
+    variant, interleaved ``runs`` times. The trigger execution times of every micro-batch but
+    each run's first (which compiles and starts Python workers) make the distributions."""
+    from pyspark.sql import functions as F
+
+    from wmobs.testing import local_spark
+
+    spark = local_spark("wmobs-bench-latency")
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-latency-"))
+    schema = _policy_input(spark, work / "in", batches * rows_per_batch, batches)
+    makers = _policy_makers(work)
+
+    def run(name: str) -> list[float]:
+        make, column = makers[name]
+        checkpoint = str(work / "ckpt")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.rmtree(work / "dead", ignore_errors=True)
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+        query = (
+            make(stream.parquet(str(work / "in")), checkpoint)
+            .groupBy(F.window(column, "10 seconds"))
+            .count()
+            .writeStream.format("noop")
+            .outputMode("append")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        data = [p for p in query.recentProgress if p["numInputRows"]]
+        return [p["durationMs"]["triggerExecution"] / 1000 for p in data[1:]]
+
+    try:
+        for name in LATENCY_VARIANTS:  # warm-up
+            run(name)
+        durations: dict[str, list[float]] = {name: [] for name in LATENCY_VARIANTS}
+        for _ in range(runs):
+            for name in LATENCY_VARIANTS:
+                durations[name] += run(name)
+        return durations
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def report_latency(durations: dict[str, list[float]], plot: Path | None) -> None:
+    base = _percentile(durations["baseline"], 50)
+    print(f"\nmicro-batch duration, {len(durations['baseline'])} micro-batches of each:")
+    print(f"  {'variant':<32} {'p50':>8} {'p95':>8} {'added p50':>10}")
+    for name, values in durations.items():
+        p50, p95 = _percentile(values, 50), _percentile(values, 95)
+        print(f"  {name:<32} {p50 * 1000:6.0f}ms {p95 * 1000:6.0f}ms {(p50 - base) * 1000:+8.0f}ms")
+    if plot is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for name, values in durations.items():
+        ordered = sorted(v * 1000 for v in values)
+        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        ax.step(ordered, fractions, where="post", label=name)
+    ax.set_xlabel("micro-batch trigger execution time (ms)")
+    ax.set_ylabel("fraction of micro-batches")
+    ax.set_title("Latency per micro-batch, 1,000-row batches, local[2]")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(plot)
+    print(f"  plot: {plot}")
 
 
 def bench_idle_latency(windows: int, trigger_s: float = 0.5) -> dict[str, Any]:
@@ -438,7 +552,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs per variant (>=3)")
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument(
-        "--only", choices=["listener", "event", "scrape", "policy", "idle"], default=None
+        "--only",
+        choices=["listener", "event", "scrape", "policy", "latency", "idle"],
+        default=None,
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="latency: write the distributions as a PNG"
     )
     parser.add_argument("--queries", type=int, default=100, help="scrape: active queries")
     parser.add_argument(
@@ -475,6 +594,8 @@ def main() -> None:
             if on in result and off in result:
                 ratio = result[off]["median_s"] / result[on]["median_s"]
                 print(f"  idle timeout on vs off ({off}): {ratio:.3f}x")
+    if args.only in (None, "latency"):
+        report_latency(bench_latency(max(3, args.runs)), args.plot)
     if args.only in (None, "idle"):
         idle = bench_idle_latency(max(3, args.runs), args.trigger)
         print(
