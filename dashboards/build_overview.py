@@ -209,6 +209,23 @@ def build() -> dict[str, Any]:
             ],
             (0, 44, 24, 6),
         ),
+        panel(
+            "Input watermark delay",
+            "Per input (time policy) of a query: wall clock minus that input's largest "
+            "watermark. A join or union runs at the slowest input's watermark: the input far "
+            "above the others holds the query back (WmobsInputWatermarkBehind).",
+            "s",
+            [(f"wmobs_input_watermark_delay_seconds{{{SEL}}}", "{{query}} {{policy}}")],
+            (0, 50, 12, 8),
+        ),
+        panel(
+            "Input event-time lag",
+            "Per input (time policy) of a query: wall clock minus that input's largest event "
+            "time. An input whose lag grows has stopped receiving events.",
+            "s",
+            [(f"wmobs_input_event_time_lag_seconds{{{SEL}}}", "{{query}} {{policy}}")],
+            (12, 50, 12, 8),
+        ),
     ]
     for i, p in enumerate(panels, start=1):
         p["id"] = i

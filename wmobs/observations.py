@@ -13,7 +13,15 @@ column                             exported as
 ``policy:<policy>:<action>``       ``wmobs_policy_events_total{policy, action}``
 ``dead_letter_rows``               ``wmobs_dead_letter_rows_total``
 ``idle_timeout_firings``           ``wmobs_idle_timeout_firings_total``
+``input_watermark_us``             ``wmobs_input_watermark_delay_seconds{policy}``
+``input_event_time_us``            ``wmobs_input_event_time_lag_seconds{policy}``
 =================================  ===================================================
+
+The two ``input_*`` columns describe one input of the query (one time policy): its watermark
+and its largest event time in the micro-batch, unix **microseconds** (``observe`` cuts
+timestamps to seconds: observe ``unix_micros(...)``). The listener keeps the largest of each
+per input, labelled ``policy`` with the observation's name after ``wmobs.policy.`` (or after
+``wmobs.``), so a query that joins two policed inputs shows which one holds its watermark back.
 
 ``<policy>`` is one of :data:`POLICIES` and ``<action>`` one of :data:`ACTIONS`; other columns
 of a ``wmobs`` observation are ignored (and logged once), so the label values stay bounded.
@@ -40,9 +48,12 @@ __all__ = [
     "DEAD_LETTER_COLUMN",
     "IDLE_TICK",
     "IDLE_TIMEOUT_COLUMN",
+    "INPUT_EVENT_TIME_COLUMN",
+    "INPUT_WATERMARK_COLUMN",
     "OBSERVATION_PREFIX",
     "POLICIES",
     "ObservedCounts",
+    "input_label",
     "is_wmobs_observation",
     "parse_observed_metrics",
     "policy_column",
@@ -53,6 +64,8 @@ POLICIES: tuple[str, ...] = ("early_arrival", "late_arrival", "out_of_order", "i
 ACTIONS: tuple[str, ...] = ("adjusted", "dropped")
 DEAD_LETTER_COLUMN = "dead_letter_rows"
 IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
+INPUT_WATERMARK_COLUMN = "input_watermark_us"
+INPUT_EVENT_TIME_COLUMN = "input_event_time_us"
 IDLE_TICK = "wmobs_idle_tick"
 """The key of the offset of an idle-timeout heartbeat source (its tick's processing time, ms).
 
@@ -81,6 +94,14 @@ def is_wmobs_observation(name: str) -> bool:
     return name == OBSERVATION_PREFIX or name.startswith(OBSERVATION_PREFIX + ".")
 
 
+def input_label(name: str) -> str:
+    """The ``policy`` label of an observation's inputs: ``wmobs.policy.sensors`` -> ``sensors``."""
+    for prefix in (OBSERVATION_PREFIX + ".policy.", OBSERVATION_PREFIX + "."):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
 @dataclass
 class ObservedCounts:
     """Counts that one progress event's wmobs observations carry (one micro-batch)."""
@@ -88,6 +109,8 @@ class ObservedCounts:
     policy_events: dict[tuple[str, str], int] = field(default_factory=dict)
     dead_letter_rows: int | None = None
     idle_timeout_firings: int | None = None
+    inputs: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    """Per input (``policy`` label): ``(watermark µs, largest event time µs)`` of the batch."""
     unknown_columns: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +119,7 @@ class ObservedCounts:
             not self.policy_events
             and self.dead_letter_rows is None
             and self.idle_timeout_firings is None
+            and not self.inputs
         )
 
 
@@ -125,6 +149,14 @@ def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts
                 counts.dead_letter_rows = (counts.dead_letter_rows or 0) + _count(value)
             elif column == IDLE_TIMEOUT_COLUMN:
                 counts.idle_timeout_firings = (counts.idle_timeout_firings or 0) + _count(value)
+            elif column in (INPUT_WATERMARK_COLUMN, INPUT_EVENT_TIME_COLUMN):
+                label = input_label(name)
+                watermark, event_time = counts.inputs.get(label, (None, None))
+                micros = None if value is None else int(value)
+                if column == INPUT_WATERMARK_COLUMN:
+                    counts.inputs[label] = (micros, event_time)
+                else:
+                    counts.inputs[label] = (watermark, micros)
             else:
                 counts.unknown_columns.append(f"{name}.{column}")
     return counts

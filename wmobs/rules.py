@@ -65,6 +65,10 @@ class RulesConfig:
     idle_threshold: str = "10m"
     idle_for: str = "1m"
     """``WmobsSourceIdle`` (info): no input rows for ``idle_threshold``, for this long."""
+    input_behind_threshold: str = "5m"
+    input_behind_for: str = "10m"
+    """``WmobsInputWatermarkBehind``: one input's watermark more than ``input_behind_threshold``
+    behind the query's most advanced input, for this long."""
     runbook_url: str = "https://github.com/wmobs/wmobs/blob/main/docs/runbook.md"
     """The runbook document; each alert links to its section (``#wmobswatermarkdelayhigh``)."""
 
@@ -158,6 +162,19 @@ def alerts(c: RulesConfig) -> list[Alert]:
             "Query {{ $labels.query }} ({{ $labels.instance }}) has read no input rows for "
             "{{ $value | humanizeDuration }}; "
             f"its windows will not close without new data (threshold {c.idle_threshold}).",
+        ),
+        Alert(
+            "WmobsInputWatermarkBehind",
+            "warning",
+            f"wmobs_input_watermark_delay_seconds{c.sel()}"
+            " - on (job, instance, query) group_left"
+            f" min by (job, instance, query) (wmobs_input_watermark_delay_seconds{c.sel()})"
+            f" > {parse_duration(c.input_behind_threshold)}",
+            c.input_behind_for,
+            "One input of a streaming query holds its watermark back.",
+            "Input {{ $labels.policy }} of query {{ $labels.query }} ({{ $labels.instance }}) "
+            "is {{ $value | humanizeDuration }} behind the query's most advanced input "
+            f"(threshold {c.input_behind_threshold}); the query's watermark waits for it.",
         ),
     ]
 

@@ -119,6 +119,15 @@ def run_policy(
     return kept, dict(snap.policy_events), query.recentProgress
 
 
+def input_times(progress: Any, policy: TimePolicy) -> tuple[int, int]:
+    """The largest ``input_watermark_us`` and ``input_event_time_us`` the policy observed."""
+    observed = [p["observedMetrics"][policy.observation_name] for p in progress]
+    return (
+        max(o["input_watermark_us"] for o in observed if o["input_watermark_us"] is not None),
+        max(o["input_event_time_us"] for o in observed if o["input_event_time_us"] is not None),
+    )
+
+
 def compilations(spark: Any) -> int:
     """Generated classes Spark has compiled so far in this JVM (cached code is not counted)."""
     metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
@@ -141,6 +150,8 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path) -
     )
     kept, counts, progress = run_policy(spark, policy, tmp_path / "in", tmp_path, "worked_global")
     assert len([p for p in progress if p["numInputRows"]]) == 12  # one event per micro-batch
+    # This input's watermark (largest system timestamp 12:23 - 2 min) and largest event time.
+    assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert kept == expected_seconds(GLOBAL_EXPECTED)
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("out_of_order", "adjusted")] == 2
@@ -162,8 +173,11 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path) -> N
         out_of_order="2 minutes",
         substream_by=["deviceId"],
     )
-    kept, counts, _ = run_policy(spark, policy, tmp_path / "in", tmp_path, "worked_substreams")
+    kept, counts, progress = run_policy(
+        spark, policy, tmp_path / "in", tmp_path, "worked_substreams"
+    )
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
+    assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("late_arrival", "adjusted")] == 1
     assert counts[("out_of_order", "adjusted")] == 0

@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 
 import wmobs
-from wmobs.observations import IDLE_TIMEOUT_COLUMN, policy_column
+from wmobs.observations import (
+    IDLE_TIMEOUT_COLUMN,
+    INPUT_EVENT_TIME_COLUMN,
+    INPUT_WATERMARK_COLUMN,
+    policy_column,
+)
 from wmobs.rules import RulesConfig, render
 
 from ._streaming import wait_until, windowed_query, write_events
@@ -105,6 +110,8 @@ def test_dashboard_and_alerts_against_real_prometheus(
                 ),
                 F.count_if(F.col("value") % 10 == 0).alias("dead_letter_rows"),
                 F.lit(0).alias(IDLE_TIMEOUT_COLUMN),
+                F.max(F.unix_micros("event_time") - 5_000_000).alias(INPUT_WATERMARK_COLUMN),
+                F.max(F.unix_micros("event_time")).alias(INPUT_EVENT_TIME_COLUMN),
             )
             .withWatermark("event_time", "5 seconds")
             .groupBy(F.window("event_time", "5 seconds"))

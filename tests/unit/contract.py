@@ -22,12 +22,15 @@ def metric_names(text: str) -> set[str]:
     return names
 
 
-def markdown_table(text: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """``| `name` | type | labels | ... |`` rows of a Markdown table."""
+def markdown_table(text: str, planned: bool = False) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """``| `name` | type | labels | ... |`` rows of a Markdown table; with ``planned``, the
+    rows marked ``| `name` (planned) | ...`` instead."""
+    name = r"`(wmobs_[a-z_]+)` \(planned\)" if planned else r"`(wmobs_[a-z_]+)`"
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and re.fullmatch(r"`wmobs_[a-z_]+`", cells[0]):
+        found = re.fullmatch(name, cells[0]) if len(cells) >= 3 else None
+        if found:
             labels = tuple(label.strip() for label in cells[2].split(","))
-            rows[cells[0].strip("`")] = (cells[1], labels)
+            rows[found.group(1)] = (cells[1], labels)
     return rows

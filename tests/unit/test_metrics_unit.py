@@ -226,7 +226,14 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
     """Every name of the metric contract (README, "Metrics") that progress can provide is
     exposed, exactly so."""
     ops = [state_operator(rows_total=1, dropped_by_watermark=1)]
-    observed = {"wmobs": {"dead_letter_rows": 0, "idle_timeout_firings": 0}}
+    observed = {
+        "wmobs": {
+            "dead_letter_rows": 0,
+            "idle_timeout_firings": 0,
+            "input_watermark_us": int((NOW - 5) * 1e6),
+            "input_event_time_us": int(NOW * 1e6),
+        }
+    }
     body = progress_json(
         watermark=NOW - 1, event_time_max=NOW, state_operators=ops, observed=observed
     )
@@ -237,6 +244,45 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
         suffixes = ("_bucket", "_count", "_sum") if kind == "histogram" else ("",)
         expected |= {name + suffix for suffix in suffixes}
     assert {n for n in rec.names() if n.startswith("wmobs_")} == expected
+
+
+def test_each_input_has_its_own_watermark_delay_and_lag(rec: MetricsRecorder, clock: Clock) -> None:
+    """Two time policies of one query (a join): per input, the largest watermark and event
+    time over the batches, as delays computed at collection; none for an input without
+    rows in a batch; gone once the query stops."""
+
+    def batch(batch_id: int, a: tuple[float, float] | None, b: tuple[float, float] | None) -> None:
+        observed = {}
+        for name, times in (("wmobs.policy.clicks", a), ("wmobs.policy.views", b)):
+            watermark, event = (None, None) if times is None else times
+            observed[name] = {
+                policy_column("late_arrival", "adjusted"): 0,
+                "input_watermark_us": None if watermark is None else int(watermark * 1e6),
+                "input_event_time_us": None if event is None else int(event * 1e6),
+            }
+        rec.tracker.on_progress(progress_json(batch_id=batch_id, observed=observed))
+
+    batch(0, (NOW - 100, NOW - 90), (NOW - 20, NOW - 10))
+    batch(1, (NOW - 110, NOW - 95), None)  # older times and an empty input: nothing moves
+    clock.now = NOW + 5
+    delay = "wmobs_input_watermark_delay_seconds"
+    lag = "wmobs_input_event_time_lag_seconds"
+    assert rec.value(delay, query="q", policy="clicks") == pytest.approx(105)
+    assert rec.value(delay, query="q", policy="views") == pytest.approx(25)
+    assert rec.value(lag, query="q", policy="clicks") == pytest.approx(95)
+    assert rec.value(lag, query="q", policy="views") == pytest.approx(15)
+    batch(2, (NOW - 3, NOW), None)  # the stalled input catches up
+    assert rec.value(delay, query="q", policy="clicks") == pytest.approx(8)
+    rec.tracker.on_terminated(rec.tracker.snapshot("q").query_id, None)  # type: ignore[union-attr]
+    assert rec.value(delay, query="q", policy="clicks") is None
+
+
+def test_input_labels_come_from_the_observation_name() -> None:
+    from wmobs.observations import input_label
+
+    assert input_label("wmobs.policy.sensors") == "sensors"
+    assert input_label("wmobs.e2e") == "e2e"
+    assert input_label("wmobs") == "wmobs"
 
 
 def test_closed_tracker_exports_nothing(rec: MetricsRecorder) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "BATCH_DURATION_BUCKETS",
     "OUTCOMES",
     "BatchSummary",
+    "InputSnapshot",
     "OperatorSnapshot",
     "QuerySnapshot",
     "Tracker",
@@ -78,6 +79,16 @@ class OperatorSnapshot:
 
 
 @dataclass
+class InputSnapshot:
+    """One input of a query (a time policy), from its observations."""
+
+    watermark: float | None = None
+    """Largest watermark of this input seen, unix seconds."""
+    max_event_time: float | None = None
+    """Largest event time of this input seen, unix seconds."""
+
+
+@dataclass
 class QuerySnapshot:
     """What wmobs knows about one query (all runs of it: the id survives restarts)."""
 
@@ -99,6 +110,8 @@ class QuerySnapshot:
     policy_events: dict[tuple[str, str], int] = field(default_factory=dict)
     dead_letter_rows: int | None = None
     idle_timeout_firings: int | None = None
+    inputs: dict[str, InputSnapshot] = field(default_factory=dict)
+    """Per input (``policy`` label), once its observations carry times."""
     terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     last_exception: str | None = None
     batch_durations: list[int] = field(
@@ -164,6 +177,18 @@ def _fold_observed(snap: QuerySnapshot, observed: ObservedCounts) -> None:
         snap.dead_letter_rows = (snap.dead_letter_rows or 0) + observed.dead_letter_rows
     if observed.idle_timeout_firings is not None:
         snap.idle_timeout_firings = (snap.idle_timeout_firings or 0) + observed.idle_timeout_firings
+    for label, (watermark_us, event_us) in observed.inputs.items():
+        state = snap.inputs.setdefault(label, InputSnapshot())
+        state.watermark = _later(state.watermark, watermark_us)
+        state.max_event_time = _later(state.max_event_time, event_us)
+
+
+def _later(current: float | None, micros: int | None) -> float | None:
+    """The later of ``current`` (seconds) and ``micros``; ``None`` and 0 µs are "none yet"."""
+    if not micros:
+        return current
+    seconds = micros / 1e6
+    return seconds if current is None or seconds > current else current
 
 
 class Tracker:

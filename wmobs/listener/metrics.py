@@ -39,6 +39,11 @@ Prometheus name                            type       labels                   u
   (:mod:`wmobs.observations`); a query has them once its first such observation arrives, with
   every known ``policy``/``action`` pair starting at 0.
 - ``wmobs_query_terminations_total{outcome="stopped"|"failed"}`` starts at 0 for both outcomes.
+- ``wmobs_input_watermark_delay_seconds`` and ``wmobs_input_event_time_lag_seconds``: the same
+  as the query's two time gauges, for one input (``policy`` = the TimePolicy's name): wall
+  clock at collection minus that input's largest watermark / event time (observed with the
+  ``input_*`` columns of :mod:`wmobs.observations`). In a join or union of two policed inputs
+  the query's watermark is the smaller one; these say which input holds it back.
 
 Usage::
 
@@ -85,6 +90,8 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_idle_timeout_firings_total": ("counter", ("query",)),
     "wmobs_query_active": ("gauge", ("query",)),
     "wmobs_query_terminations_total": ("counter", ("query", "outcome")),
+    "wmobs_input_watermark_delay_seconds": ("gauge", ("query", "policy")),
+    "wmobs_input_event_time_lag_seconds": ("gauge", ("query", "policy")),
 }
 """The metric contract (the README's "Metrics" table): Prometheus name -> (type, labels)."""
 
@@ -106,6 +113,19 @@ def _active_time_gauge(value_of: str) -> ObserveFn:
         value = getattr(snap, value_of)
         if snap.active and value is not None:
             yield Observation(now - value, _q(snap))
+
+    return fn
+
+
+def _input_time_gauge(value_of: str) -> ObserveFn:
+    """Per input of an active query: ``now - input.<value_of>``, once it has one."""
+
+    def fn(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+        if snap.active:
+            for label, state in snap.inputs.items():
+                value = getattr(state, value_of)
+                if value is not None:
+                    yield Observation(now - value, {"query": snap.label, "policy": label})
 
     return fn
 
@@ -245,6 +265,16 @@ OBSERVABLES: tuple[Observable, ...] = (
         "wmobs.query.terminations", "wmobs_query_terminations_total", "counter", "{query}",
         "Query terminations by outcome (stopped, failed).",
         _terminations,
+    ),
+    Observable(
+        "wmobs.input.watermark.delay", "wmobs_input_watermark_delay_seconds", "gauge", "s",
+        "Wall clock at collection minus the largest watermark of one input (time policy).",
+        _input_time_gauge("watermark"),
+    ),
+    Observable(
+        "wmobs.input.event_time.lag", "wmobs_input_event_time_lag_seconds", "gauge", "s",
+        "Wall clock at collection minus the largest event time of one input (time policy).",
+        _input_time_gauge("max_event_time"),
     ),
 )  # fmt: skip
 """Every instrument but the batch-duration histogram, which is recorded, not observed."""

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wmobs.observations import DEAD_LETTER_COLUMN, IDLE_TIMEOUT_COLUMN, policy_column
+from wmobs.observations import (
+    DEAD_LETTER_COLUMN,
+    IDLE_TIMEOUT_COLUMN,
+    INPUT_EVENT_TIME_COLUMN,
+    INPUT_WATERMARK_COLUMN,
+    policy_column,
+)
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._idle import HEARTBEAT, REAL, default_check_interval_ms
 from wmobs.policy._storage import Storage
@@ -88,7 +94,7 @@ class _Plan:
         else:
             staged = self._substream_out_of_order(df)
         observed = staged.observe(
-            self.policy.observation_name, *self._counts(sink is not None, idle)
+            self.policy.observation_name, *self._counts(staged, sink is not None, idle)
         )
         if sink is None:
             kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
@@ -309,7 +315,8 @@ class _Plan:
         }[name]
         return configured is not None and _PAST_TENSE[configured] == action
 
-    def _counts(self, dead_letters: bool, idle: bool) -> list[Column]:
+    def _counts(self, staged: DataFrame, dead_letters: bool, idle: bool) -> list[Column]:
+        """The verdict counts, and this input's watermark and largest event time (µs)."""
         from pyspark.sql import functions as F
 
         verdict = F.col(VERDICT)
@@ -324,6 +331,13 @@ class _Plan:
         if idle:  # synthetic rows carry their firings; real rows -1
             firings = F.when(F.col(IDLE) > 0, F.col(IDLE)).otherwise(F.lit(0))
             counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
+        # Synthetic rows move the input's clock (its watermark), but are no events.
+        kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
+        event = self._event_micros(staged)
+        real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
+        tolerance = F.lit(self.tolerances.out_of_order_us)
+        counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
+        counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
         return counts
 
 
