@@ -15,6 +15,12 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'job=~"$job", query=~"$query"'
 RATE = "$__rate_interval"
 DELAY_THRESHOLD_S = 300  # WmobsWatermarkDelayHigh's default (wmobs/rules.py)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "timeseries": {"legend": {"displayMode": "list", "placement": "bottom"}},
+    "stat": {"reduceOptions": {"calcs": ["lastNotNull"]}},
+    # Prometheus' buckets as they are (no re-bucketing), le on the y axis.
+    "heatmap": {"calculate": False, "yAxis": {"unit": "s"}, "cellGap": 1},
+}
 
 
 def panel(
@@ -42,11 +48,15 @@ def panel(
         "datasource": DS,
         "gridPos": {"x": x, "y": y, "w": w, "h": h},
         "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {"legend": {"displayMode": "list", "placement": "bottom"}}
-        if kind == "timeseries"
-        else {"reduceOptions": {"calcs": ["lastNotNull"]}},
+        "options": OPTIONS[kind],
         "targets": [
-            {"refId": chr(ord("A") + i), "datasource": DS, "expr": expr, "legendFormat": legend}
+            {
+                "refId": chr(ord("A") + i),
+                "datasource": DS,
+                "expr": expr,
+                "legendFormat": legend,
+                **({"format": "heatmap"} if kind == "heatmap" else {}),
+            }
             for i, (expr, legend) in enumerate(targets)
         ],
     }
@@ -225,6 +235,37 @@ def build() -> dict[str, Any]:
             "s",
             [(f"wmobs_input_event_time_lag_seconds{{{SEL}}}", "{{query}} {{policy}}")],
             (12, 50, 12, 8),
+        ),
+        panel(
+            "Arrival delay distribution",
+            "Arrival time minus event time of every valid row, per rate interval, by bucket "
+            "(negative: events that arrived before their event time). Counted exactly inside "
+            "the query by each time policy.",
+            "s",
+            [
+                (
+                    "sum by (le) (increase(wmobs_event_arrival_delay_seconds_bucket"
+                    f"{{{SEL}}}[{RATE}]))",
+                    "{{le}}",
+                )
+            ],
+            (0, 58, 12, 8),
+            kind="heatmap",
+        ),
+        panel(
+            "Lateness distribution",
+            "How far each row was behind the largest system timestamp seen before it, per rate "
+            "interval, by bucket: the out-of-order tolerance that would have kept a row is at "
+            "least its lateness (see `wmobs advise`).",
+            "s",
+            [
+                (
+                    f"sum by (le) (increase(wmobs_event_lateness_seconds_bucket{{{SEL}}}[{RATE}]))",
+                    "{{le}}",
+                )
+            ],
+            (12, 58, 12, 8),
+            kind="heatmap",
         ),
     ]
     for i, p in enumerate(panels, start=1):

@@ -15,7 +15,15 @@ column                             exported as
 ``idle_timeout_firings``           ``wmobs_idle_timeout_firings_total``
 ``input_watermark_us``             ``wmobs_input_watermark_delay_seconds{policy}``
 ``input_event_time_us``            ``wmobs_input_event_time_lag_seconds{policy}``
+``hist:<h>:le:<i>``                ``wmobs_event_<h>_seconds_bucket{policy, le}``
+``hist:<h>:count``, ``:sum_us``    ``wmobs_event_<h>_seconds_count`` / ``_sum``
 =================================  ===================================================
+
+Histograms ``<h>`` (:data:`HISTOGRAMS`) are ``arrival_delay`` (arrival time - event time of
+every valid row; negative: early) and ``lateness`` (how far each row is behind the largest
+system timestamp seen before it; 0 when not behind). Their columns are cumulative counts of
+the batch's rows at or below bound ``i`` of :data:`HISTOGRAMS` ``[h]`` (seconds), the count
+and the sum in microseconds; :func:`histogram_counts` builds them.
 
 The two ``input_*`` columns describe one input of the query (one time policy): its watermark
 and its largest event time in the micro-batch, unix **microseconds** (``observe`` cuts
@@ -46,13 +54,16 @@ from typing import Any
 __all__ = [
     "ACTIONS",
     "DEAD_LETTER_COLUMN",
+    "HISTOGRAMS",
     "IDLE_TICK",
     "IDLE_TIMEOUT_COLUMN",
     "INPUT_EVENT_TIME_COLUMN",
     "INPUT_WATERMARK_COLUMN",
     "OBSERVATION_PREFIX",
     "POLICIES",
+    "HistogramCounts",
     "ObservedCounts",
+    "histogram_counts",
     "input_label",
     "is_wmobs_observation",
     "parse_observed_metrics",
@@ -64,6 +75,16 @@ POLICIES: tuple[str, ...] = ("early_arrival", "late_arrival", "out_of_order", "i
 ACTIONS: tuple[str, ...] = ("adjusted", "dropped")
 DEAD_LETTER_COLUMN = "dead_letter_rows"
 IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
+_POSITIVE = (
+    0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+    21600.0, 86400.0,
+)  # fmt: skip
+HISTOGRAMS: dict[str, tuple[float, ...]] = {
+    "arrival_delay": (-86400.0, -3600.0, -600.0, -60.0, -10.0, -1.0, 0.0, *_POSITIVE),
+    "lateness": (0.0, *_POSITIVE),
+}
+"""Bucket upper bounds (seconds) of the two distributions: 10 ms to 1 day, about a factor of
+2-5 apart; arrival delay also below 0 (early events), down to a day early."""
 INPUT_WATERMARK_COLUMN = "input_watermark_us"
 INPUT_EVENT_TIME_COLUMN = "input_event_time_us"
 IDLE_TICK = "wmobs_idle_tick"
@@ -102,6 +123,41 @@ def input_label(name: str) -> str:
     return name
 
 
+def _histogram_column(histogram: str, part: str) -> str:
+    return f"hist:{histogram}:{part}"
+
+
+def histogram_counts(histogram: str, micros: Any, valid: Any) -> list[Any]:
+    """The ``observe`` columns of one histogram: ``micros`` (a Column of µs) of the rows where
+    ``valid`` (a boolean Column). Cumulative counts per bound, the count and the sum."""
+    from pyspark.sql import functions as F
+
+    counted = valid & micros.isNotNull()
+    columns = [
+        F.count_if(counted & (micros <= F.lit(round(bound * 1e6)))).alias(
+            _histogram_column(histogram, f"le:{i}")
+        )
+        for i, bound in enumerate(HISTOGRAMS[histogram])
+    ]
+    columns.append(F.count_if(counted).alias(_histogram_column(histogram, "count")))
+    columns.append(F.sum(F.when(counted, micros)).alias(_histogram_column(histogram, "sum_us")))
+    return columns
+
+
+@dataclass
+class HistogramCounts:
+    """One histogram of one input: cumulative counts per bound, count, sum (µs)."""
+
+    cumulative: list[int]
+    count: int = 0
+    sum_us: int = 0
+
+    def add(self, other: HistogramCounts) -> None:
+        self.cumulative = [a + b for a, b in zip(self.cumulative, other.cumulative, strict=True)]
+        self.count += other.count
+        self.sum_us += other.sum_us
+
+
 @dataclass
 class ObservedCounts:
     """Counts that one progress event's wmobs observations carry (one micro-batch)."""
@@ -111,6 +167,8 @@ class ObservedCounts:
     idle_timeout_firings: int | None = None
     inputs: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
     """Per input (``policy`` label): ``(watermark µs, largest event time µs)`` of the batch."""
+    histograms: dict[tuple[str, str], HistogramCounts] = field(default_factory=dict)
+    """Per (input, histogram): the batch's counts."""
     unknown_columns: list[str] = field(default_factory=list)
 
     @property
@@ -120,6 +178,7 @@ class ObservedCounts:
             and self.dead_letter_rows is None
             and self.idle_timeout_firings is None
             and not self.inputs
+            and not self.histograms
         )
 
 
@@ -149,6 +208,8 @@ def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts
                 counts.dead_letter_rows = (counts.dead_letter_rows or 0) + _count(value)
             elif column == IDLE_TIMEOUT_COLUMN:
                 counts.idle_timeout_firings = (counts.idle_timeout_firings or 0) + _count(value)
+            elif column.startswith("hist:") and _fold_histogram(counts, name, column, value):
+                pass
             elif column in (INPUT_WATERMARK_COLUMN, INPUT_EVENT_TIME_COLUMN):
                 label = input_label(name)
                 watermark, event_time = counts.inputs.get(label, (None, None))
@@ -160,3 +221,27 @@ def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts
             else:
                 counts.unknown_columns.append(f"{name}.{column}")
     return counts
+
+
+def _fold_histogram(counts: ObservedCounts, name: str, column: str, value: Any) -> bool:
+    """One ``hist:<h>:<part>`` column into ``counts``; False if it is not one."""
+    parts = column.split(":", 2)
+    if len(parts) != 3:
+        return False
+    _, histogram, part = parts
+    bounds = HISTOGRAMS.get(histogram)
+    if bounds is None:
+        return False
+    key = (input_label(name), histogram)
+    target = counts.histograms.get(key)
+    if target is None:
+        target = counts.histograms[key] = HistogramCounts([0] * len(bounds))
+    if part == "count":
+        target.count += _count(value)
+    elif part == "sum_us":
+        target.sum_us += _count(value)
+    elif part.startswith("le:") and part[3:].isdigit() and int(part[3:]) < len(bounds):
+        target.cumulative[int(part[3:])] += _count(value)
+    else:
+        return False
+    return True

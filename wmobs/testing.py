@@ -173,23 +173,36 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 
 class MetricsRecorder:
-    """A tracker wired to an in-memory reader and to a Prometheus registry, for tests.
+    """A tracker wired to what ``wmobs.attach`` exports, for tests: ``registry`` holds what the
+    Prometheus endpoint serves; ``reader`` (in memory) and ``sdk_registry`` (OpenTelemetry's
+    Prometheus exporter) what an OpenTelemetry meter provider gets.
 
     :meth:`value` reads a sample by its Prometheus name (``wmobs_input_rows_total``, with the
     suffixes the exporter adds), so a test catches a unit or suffix mistake.
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        from wmobs.listener._exposition import Exposition
+
         self.tracker = Tracker(clock=clock)
         self.reader = InMemoryMetricReader()
         self.registry = CollectorRegistry()
-        self._prometheus = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
+        self.registry.register(Exposition(self.tracker))
+        self.sdk_registry = CollectorRegistry()
+        self._prometheus = PrometheusMetricReader(
+            registry=self.sdk_registry, scope_info_enabled=False
+        )
         self.provider = MeterProvider(metric_readers=[self.reader, self._prometheus])
         self.instruments = Instruments(self.tracker, self.provider)
 
     def value(self, name: str, **labels: str) -> float | None:
         """The sample ``name{labels}`` as Prometheus would scrape it, or ``None``."""
         value: float | None = self.registry.get_sample_value(name, labels)
+        return value
+
+    def sdk_value(self, name: str, **labels: str) -> float | None:
+        """The sample as OpenTelemetry's Prometheus exporter has it (an SDK meter provider)."""
+        value: float | None = self.sdk_registry.get_sample_value(name, labels)
         return value
 
     def names(self) -> set[str]:

@@ -13,8 +13,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
+from tests.unit._reference import lateness_reference
 from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
+from wmobs.observations import HISTOGRAMS
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
@@ -119,6 +121,45 @@ def run_policy(
     return kept, dict(snap.policy_events), query.recentProgress
 
 
+def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, int]:
+    """Every ``hist:*`` column the policy observed, summed over the micro-batches."""
+    totals: dict[str, int] = {}
+    for p in progress:
+        for column, value in p["observedMetrics"][policy.observation_name].asDict().items():
+            if column.startswith("hist:"):
+                totals[column] = totals.get(column, 0) + int(value or 0)
+    return totals
+
+
+def expected_histogram(histogram: str, values_us: list[int]) -> dict[str, int]:
+    """The columns of ``histogram`` for ``values_us``, counted one value at a time."""
+    columns = {
+        f"hist:{histogram}:le:{i}": sum(v <= round(bound * 1e6) for v in values_us)
+        for i, bound in enumerate(HISTOGRAMS[histogram])
+    }
+    return columns | {
+        f"hist:{histogram}:count": len(values_us),
+        f"hist:{histogram}:sum_us": sum(values_us),
+    }
+
+
+def worked_histograms(per_key: bool) -> dict[str, int]:
+    """The worked example's two distributions, event at a time: arrival - event of every row;
+    lateness of every row the arrival policies kept, behind the largest system timestamp
+    before it (globally, or of its device)."""
+    delays = [(epoch(a) - epoch(e)) * 10**6 for _, e, a, _ in WORKED]
+    system = {i: epoch(GLOBAL_EXPECTED[i] if i == 12 else e) * 10**6 for i, e, _, _ in WORKED}
+    kept = {i: GLOBAL_EXPECTED[i] is not None for i, *_ in WORKED}  # 3: early, dropped
+    streams: dict[str, list[int]] = {}
+    for i, _, _, device in WORKED:
+        streams.setdefault(device if per_key else "all", []).append(i)
+    lateness = []
+    for ids in streams.values():
+        behind = lateness_reference(None, [(system[i], kept[i]) for i in ids])
+        lateness += [b for b in behind if b >= 0]
+    return expected_histogram("arrival_delay", delays) | expected_histogram("lateness", lateness)
+
+
 def input_times(progress: Any, policy: TimePolicy) -> tuple[int, int]:
     """The largest ``input_watermark_us`` and ``input_event_time_us`` the policy observed."""
     observed = [p["observedMetrics"][policy.observation_name] for p in progress]
@@ -152,6 +193,9 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path) -
     assert len([p for p in progress if p["numInputRows"]]) == 12  # one event per micro-batch
     # This input's watermark (largest system timestamp 12:23 - 2 min) and largest event time.
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
+    assert observed_histograms(progress, policy) == worked_histograms(per_key=False)
+    late_us = observed_histograms(progress, policy)["hist:lateness:sum_us"]
+    assert late_us == (7 + 2 + 4 + 1 + 1) * 60 * 10**6  # rows 6, 7, 9, 11, 12
     assert kept == expected_seconds(GLOBAL_EXPECTED)
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("out_of_order", "adjusted")] == 2
@@ -178,6 +222,8 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path) -> N
     )
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
+    assert observed_histograms(progress, policy) == worked_histograms(per_key=True)
+    assert observed_histograms(progress, policy)["hist:lateness:sum_us"] == 60 * 10**6
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("late_arrival", "adjusted")] == 1
     assert counts[("out_of_order", "adjusted")] == 0

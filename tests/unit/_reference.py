@@ -36,12 +36,29 @@ def judge_key_reference(
     return system, flags, current
 
 
+def lateness_reference(state_max_us: int | None, events: list[tuple[int, bool]]) -> list[int]:
+    """How far each candidate is behind the key's largest system timestamp before it (0 if not
+    behind or none yet; -1 for rows not in play), event at a time. The largest system
+    timestamp is the same whether out-of-order rows are adjusted or dropped (neither raises
+    it), so the tolerance plays no part."""
+    current = state_max_us
+    behind = []
+    for ts, candidate in events:
+        if not candidate:
+            behind.append(-1)
+            continue
+        behind.append(0 if current is None else max(current - ts, 0))
+        current = ts if current is None else max(current, ts)
+    return behind
+
+
 @dataclass
 class BucketVerdicts:
     system_us: npt.NDArray[np.int64]
     out_of_order: npt.NDArray[np.bool_]
     new_max: dict[int, int]
     """Largest candidate system timestamp per key seen in this batch (merged with the state)."""
+    behind_us: npt.NDArray[np.int64]
 
 
 def judge_bucket(
@@ -71,7 +88,7 @@ def judge_bucket(
     for key, value in zip(judged.keys.tolist(), judged.last.tolist(), strict=True):
         if value != NONE:
             new_max[key] = value
-    return BucketVerdicts(judged.system_us, judged.out_of_order, new_max)
+    return BucketVerdicts(judged.system_us, judged.out_of_order, new_max, judged.behind_us)
 
 
 def advance_idle_keys(

@@ -176,10 +176,10 @@ def test_batch_duration_histogram_uses_second_buckets() -> None:
     rec = MetricsRecorder()
     rec.instruments.record_batch_duration("q", 0.3)
     rec.instruments.record_batch_duration("q", 42.0)
-    assert rec.value("wmobs_batch_duration_seconds_count", query="q") == 2
-    assert rec.value("wmobs_batch_duration_seconds_sum", query="q") == pytest.approx(42.3)
-    assert rec.value("wmobs_batch_duration_seconds_bucket", query="q", le="0.5") == 1
-    assert rec.value("wmobs_batch_duration_seconds_bucket", query="q", le="60.0") == 2
+    assert rec.sdk_value("wmobs_batch_duration_seconds_count", query="q") == 2
+    assert rec.sdk_value("wmobs_batch_duration_seconds_sum", query="q") == pytest.approx(42.3)
+    assert rec.sdk_value("wmobs_batch_duration_seconds_bucket", query="q", le="0.5") == 1
+    assert rec.sdk_value("wmobs_batch_duration_seconds_bucket", query="q", le="60.0") == 2
     assert BATCH_DURATION_BUCKETS[-1] >= 600
 
 
@@ -232,6 +232,8 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
             "idle_timeout_firings": 0,
             "input_watermark_us": int((NOW - 5) * 1e6),
             "input_event_time_us": int(NOW * 1e6),
+            "hist:arrival_delay:count": 1,
+            "hist:lateness:count": 1,
         }
     }
     body = progress_json(

@@ -15,7 +15,12 @@ from wmobs.policy._durations import to_micros
 from wmobs.policy._substream_judge import advance_idle
 from wmobs.policy._substream_state import KeyState
 
-from ._reference import advance_idle_keys, judge_bucket, judge_key_reference
+from ._reference import (
+    advance_idle_keys,
+    judge_bucket,
+    judge_key_reference,
+    lateness_reference,
+)
 from ._substream_stage import SubstreamStage
 
 
@@ -103,19 +108,21 @@ def test_bucket_judge_matches_per_key_definition(seed: int) -> None:
     )
     expected_system = [0] * n
     expected_ooo = [False] * n
+    expected_behind = [0] * n
     expected_max = dict(state)
     for key in set(keys):
         rows = sorted((i for i in range(n) if keys[i] == key), key=lambda i: (arrival[i], i))
-        system, flags, last = judge_key_reference(
-            state.get(key), [(ts[i], cand[i]) for i in rows], tolerance, drop
-        )
-        for i, value, flag in zip(rows, system, flags, strict=True):
-            expected_system[i], expected_ooo[i] = value, flag
+        events = [(ts[i], cand[i]) for i in rows]
+        system, flags, last = judge_key_reference(state.get(key), events, tolerance, drop)
+        behind = lateness_reference(state.get(key), events)
+        for i, value, flag, late in zip(rows, system, flags, behind, strict=True):
+            expected_system[i], expected_ooo[i], expected_behind[i] = value, flag, late
         if last is not None:
             expected_max[key] = last
     assert got.system_us.tolist() == expected_system
     assert got.out_of_order.tolist() == expected_ooo
     assert got.new_max == expected_max
+    assert got.behind_us.tolist() == expected_behind
 
 
 def test_idle_keys_are_forgotten_after_the_ttl(tmp_path: Path) -> None:

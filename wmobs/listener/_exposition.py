@@ -22,7 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from wmobs.listener._tracker import BATCH_DURATION_BUCKETS, QuerySnapshot, Tracker
-from wmobs.listener.metrics import BATCH_DURATION_HELP, OBSERVABLES
+from wmobs.listener.metrics import BATCH_DURATION_HELP, EVENT_HISTOGRAMS, OBSERVABLES
+from wmobs.observations import HISTOGRAMS
 
 __all__ = ["CONTENT_TYPE", "Exposition", "MetricsServer"]
 
@@ -63,6 +64,24 @@ def _histogram_lines(snap: QuerySnapshot, _now: float) -> Iterator[str]:
     yield f"{_HISTOGRAM}_sum{{{query}}} {_number(snap.batch_duration_sum)}"
 
 
+def _event_histogram_lines(histogram: str) -> Any:
+    """The lines of one distribution of :data:`EVENT_HISTOGRAMS`, per input of a query."""
+    name = EVENT_HISTOGRAMS[histogram][0]
+    les = [_number(b) for b in HISTOGRAMS[histogram]] + ["+Inf"]
+
+    def lines(snap: QuerySnapshot, _now: float) -> Iterator[str]:
+        for (label, which), counts in snap.histograms.items():
+            if which != histogram:
+                continue
+            where = f'policy="{_escape(label)}",query="{_escape(snap.label)}"'
+            for le, cumulative in zip(les, [*counts.cumulative, counts.count], strict=True):
+                yield f'{name}_bucket{{le="{le}",{where}}} {_number(cumulative)}'
+            yield f"{name}_count{{{where}}} {_number(counts.count)}"
+            yield f"{name}_sum{{{where}}} {_number(counts.sum_us / 1e6)}"
+
+    return lines
+
+
 class Exposition:
     """Renders ``tracker`` in Prometheus' text format (and as a ``prometheus_client``
     collector). Nothing once the tracker is closed."""
@@ -76,6 +95,10 @@ class Exposition:
         histogram = observe(_histogram_lines)
         if histogram:
             yield _HISTOGRAM, "histogram", BATCH_DURATION_HELP, histogram
+        for which, (name, description) in EVENT_HISTOGRAMS.items():
+            samples = observe(_event_histogram_lines(which))
+            if samples:
+                yield name, "histogram", description, samples
         for spec in OBSERVABLES:
             name = spec.prometheus
 

@@ -21,6 +21,7 @@ from wmobs.observations import (
     ACTIONS,
     IDLE_TICK,
     POLICIES,
+    HistogramCounts,
     ObservedCounts,
     parse_observed_metrics,
 )
@@ -112,6 +113,8 @@ class QuerySnapshot:
     idle_timeout_firings: int | None = None
     inputs: dict[str, InputSnapshot] = field(default_factory=dict)
     """Per input (``policy`` label), once its observations carry times."""
+    histograms: dict[tuple[str, str], HistogramCounts] = field(default_factory=dict)
+    """Per (input, histogram name of :data:`wmobs.observations.HISTOGRAMS`): counts so far."""
     terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     last_exception: str | None = None
     batch_durations: list[int] = field(
@@ -177,6 +180,8 @@ def _fold_observed(snap: QuerySnapshot, observed: ObservedCounts) -> None:
         snap.dead_letter_rows = (snap.dead_letter_rows or 0) + observed.dead_letter_rows
     if observed.idle_timeout_firings is not None:
         snap.idle_timeout_firings = (snap.idle_timeout_firings or 0) + observed.idle_timeout_firings
+    for key, counts in observed.histograms.items():
+        snap.histograms.setdefault(key, HistogramCounts([0] * len(counts.cumulative))).add(counts)
     for label, (watermark_us, event_us) in observed.inputs.items():
         state = snap.inputs.setdefault(label, InputSnapshot())
         state.watermark = _later(state.watermark, watermark_us)

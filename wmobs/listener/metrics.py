@@ -44,6 +44,13 @@ Prometheus name                            type       labels                   u
   clock at collection minus that input's largest watermark / event time (observed with the
   ``input_*`` columns of :mod:`wmobs.observations`). In a join or union of two policed inputs
   the query's watermark is the smaller one; these say which input holds it back.
+- ``wmobs_event_arrival_delay_seconds`` (arrival time - event time of every valid row; buckets
+  from a day early to a day late) and ``wmobs_event_lateness_seconds`` (how far each row was
+  behind the largest system timestamp seen before it, globally the batch's, with substreams
+  its key's; 0 if not behind): exact distributions per input, counted inside the query
+  (:func:`wmobs.observations.histogram_counts`, buckets :data:`wmobs.observations.HISTOGRAMS`).
+  They arrive pre-aggregated, which OpenTelemetry's API cannot record: the Prometheus endpoint
+  (and ``monitor.registry``) exports them, OTLP and injected meter providers do not.
 
 Usage::
 
@@ -92,10 +99,23 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_query_terminations_total": ("counter", ("query", "outcome")),
     "wmobs_input_watermark_delay_seconds": ("gauge", ("query", "policy")),
     "wmobs_input_event_time_lag_seconds": ("gauge", ("query", "policy")),
+    "wmobs_event_arrival_delay_seconds": ("histogram", ("query", "policy")),
+    "wmobs_event_lateness_seconds": ("histogram", ("query", "policy")),
 }
 """The metric contract (the README's "Metrics" table): Prometheus name -> (type, labels)."""
 
 BATCH_DURATION_HELP = "Trigger execution time per micro-batch."
+EVENT_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "arrival_delay": (
+        "wmobs_event_arrival_delay_seconds",
+        "Arrival time minus event time of every valid row, per input (negative: early).",
+    ),
+    "lateness": (
+        "wmobs_event_lateness_seconds",
+        "How far each row is behind the largest system timestamp seen before it, per input.",
+    ),
+}
+"""The distributions of :data:`wmobs.observations.HISTOGRAMS`: Prometheus name, help."""
 
 
 def _q(snap: QuerySnapshot) -> dict[str, str]:

@@ -17,6 +17,7 @@ from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
+    histogram_counts,
     policy_column,
 )
 from wmobs.policy._durations import Tolerances
@@ -25,6 +26,7 @@ from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
+    DELAY,
     DROP_POLICIES,
     DROPPED_BITS,
     EARLY_ADJUSTED,
@@ -34,6 +36,7 @@ from wmobs.policy._verdicts import (
     KEY,
     LATE_ADJUSTED,
     LATE_DROPPED,
+    LATENESS,
     OOO_ADJUSTED,
     OOO_DROPPED,
     TS,
@@ -169,7 +172,7 @@ class _Plan:
         else:
             verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_ADJUSTED))).otherwise(verdict)
             system = F.when(late, late_floor).otherwise(system)
-        return _replace(df, {TS: system, VERDICT: verdict})
+        return _replace(df, {TS: system, VERDICT: verdict, DELAY: arrival - ts})
 
     def _join_batch_times(self, df: DataFrame) -> DataFrame:
         """The micro-batch's watermark and timestamp on every row, read once per batch from
@@ -201,8 +204,11 @@ class _Plan:
         behind = candidate & mark.isNotNull() & (F.col(TS) < mark)
         drop = self.policy.out_of_order_action == "drop"
         bit = F.lit(OOO_DROPPED if drop else OOO_ADJUSTED)
+        largest = mark + F.lit(self.tolerances.out_of_order_us)  # before this batch
+        behind_by = F.when(mark.isNotNull(), F.greatest(largest - F.col(TS), F.lit(0)))
         replaced = {
-            VERDICT: F.when(behind, F.col(VERDICT).bitwiseOR(bit)).otherwise(F.col(VERDICT))
+            VERDICT: F.when(behind, F.col(VERDICT).bitwiseOR(bit)).otherwise(F.col(VERDICT)),
+            LATENESS: F.when(candidate, F.coalesce(behind_by, F.lit(0))),
         }
         if not drop:
             replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
@@ -246,12 +252,18 @@ class _Plan:
         # the input columns and the key go through the shuffle.
         partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
         staged = self._judge_arrival(partitioned)
-        staged = staged.drop(WATERMARK, BATCH_TIME)
+        staged = staged.drop(WATERMARK, BATCH_TIME).withColumn(LATENESS, F.lit(None).cast("long"))
         output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
         stage = substream_stage(
             config,
             Columns(
-                KEY, TS, ARRIVAL, VERDICT, IDLE if idle_us is not None else None, tuple(output)
+                KEY,
+                TS,
+                ARRIVAL,
+                VERDICT,
+                IDLE if idle_us is not None else None,
+                tuple(output),
+                lateness=LATENESS,
             ),
             checkpoint=self.checkpoint or "",
             directory=state_directory(self.policy.state_name),
@@ -335,6 +347,8 @@ class _Plan:
         kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
         event = self._event_micros(staged)
         real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
+        counts += histogram_counts("arrival_delay", F.col(DELAY), real)
+        counts += histogram_counts("lateness", F.col(LATENESS), real)
         tolerance = F.lit(self.tolerances.out_of_order_us)
         counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
         counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))

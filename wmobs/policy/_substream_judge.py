@@ -45,6 +45,9 @@ class Judged:
     """The keys of the rows, sorted, each once."""
     last: npt.NDArray[np.int64]
     """Per key: the largest system timestamp after the rows (state included; ``NONE``: none)."""
+    behind_us: npt.NDArray[np.int64]
+    """How far each candidate row is behind its key's largest system timestamp before it (0
+    if not behind or the key has none yet); -1 for rows not in play."""
 
 
 def judge_rows(
@@ -69,7 +72,7 @@ def judge_rows(
     n = len(keys)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return Judged(ts_us.astype(np.int64), np.zeros(0, bool), empty, empty)
+        return Judged(ts_us.astype(np.int64), np.zeros(0, bool), empty, empty, empty)
     order = np.lexsort((np.arange(n), arrival_us, keys))
     k, ts, cand = keys[order], ts_us[order], candidate[order]
     first = np.ones(n, dtype=bool)
@@ -96,11 +99,14 @@ def judge_rows(
     ooo = cand & has_mark & (ts < watermark)
     system = ts if drop else np.where(ooo, watermark, ts)
     last = np.maximum(lookup[np.maximum.reduceat(ranks, starts)], start)
+    behind = np.where(cand, np.where(has_mark, np.maximum(before - ts, 0), 0), -1)
     out_system = np.empty(n, dtype=np.int64)
     out_ooo = np.empty(n, dtype=bool)
+    out_behind = np.empty(n, dtype=np.int64)
     out_system[order] = system
     out_ooo[order] = ooo
-    return Judged(out_system, out_ooo, unique_keys, last)
+    out_behind[order] = behind
+    return Judged(out_system, out_ooo, unique_keys, last, out_behind)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,8 @@ class PartitionVerdicts:
     verdicts: npt.NDArray[np.int64]
     synthetic: tuple[int, int] | None
     """With the idle timeout, when keys' clocks moved: (largest moved timestamp µs, firings)."""
+    behind_us: npt.NDArray[np.int64]
+    """As :attr:`Judged.behind_us`."""
 
 
 def judge_partition(
@@ -175,7 +183,7 @@ def judge_partition(
     if heartbeat and config.idle_timeout_ms is not None:
         synthetic = advance_idle(state, now_ms=now_ms, timeout_ms=config.idle_timeout_ms)
     verdicts = np.where(judged.out_of_order, verdicts | config.ooo_bit, verdicts)
-    return PartitionVerdicts(judged.system_us, verdicts, synthetic), state
+    return PartitionVerdicts(judged.system_us, verdicts, synthetic, judged.behind_us), state
 
 
 def _find(

@@ -37,6 +37,9 @@ class Columns:
     idle: str | None = None
     output: tuple[str, ...] = ()
     """The columns to yield, in order (the key and arrival time are not needed after this)."""
+    lateness: str | None = None
+    """An output column (µs) to fill with each row's lateness behind its key (null for rows
+    not in play)."""
 
 
 def substream_stage(
@@ -117,6 +120,8 @@ def substream_stage(
 
         system, verdict = ts.copy(), verdicts.copy()
         system[real], verdict[real] = judged.system_us, judged.verdicts
+        behind = np.full(len(ts), -1, dtype=np.int64)
+        behind[real] = judged.behind_us
         schema = pa.schema([parts[0].schema.field(name) for name in columns.output])
         offset = 0
         for part in parts:
@@ -126,6 +131,9 @@ def substream_stage(
                 columns.ts: pa.array(system[offset:end], pa.int64(), mask=mask),
                 columns.verdict: pa.array(verdict[offset:end], pa.int64()),
             }
+            if columns.lateness is not None:
+                late = behind[offset:end]
+                replaced[columns.lateness] = pa.array(late, pa.int64(), mask=late < 0)
             arrays = [replaced[n] if n in replaced else part.column(n) for n in columns.output]
             out = pa.RecordBatch.from_arrays(arrays, schema=schema)
             if beats is not None:

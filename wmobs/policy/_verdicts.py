@@ -47,4 +47,8 @@ KEY = "wmobs__key"
 WATERMARK = "wmobs_watermark_ms"
 BATCH_TIME = "wmobs_batch_time_ms"
 IDLE = "wmobs__idle"
-INTERNAL = (TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE)
+DELAY = "wmobs__delay_us"
+"""Arrival time - event time (µs) of a valid row."""
+LATENESS = "wmobs__lateness_us"
+"""How far a row still in play is behind the largest system timestamp before it (µs)."""
+INTERNAL = (TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS)
