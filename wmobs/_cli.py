@@ -12,6 +12,7 @@ commands:
   demo                    run a local streaming job with wmobs attached, serving /metrics
                           (wmobs demo --help for its options)
   rules [OPTIONS]         print the Prometheus alerting rules (wmobs rules --help)
+  advise [OPTIONS]        suggest tolerances from the lateness distributions (wmobs advise -h)
   dashboards export DIR   write the Grafana dashboard and the alerting rules into DIR
 """
 
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         return demo_main(rest)
     if command == "rules":
         return _rules(rest)
+    if command == "advise":
+        from wmobs.advise import main as advise_main
+
+        return advise_main(rest)
     if command == "dashboards":
         return _dashboards(rest)
     print(f"wmobs: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)

@@ -20,6 +20,7 @@ from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
+    histogram_counts,
     policy_column,
 )
 from wmobs.rules import RulesConfig, render
@@ -112,6 +113,12 @@ def test_dashboard_and_alerts_against_real_prometheus(
                 F.lit(0).alias(IDLE_TIMEOUT_COLUMN),
                 F.max(F.unix_micros("event_time") - 5_000_000).alias(INPUT_WATERMARK_COLUMN),
                 F.max(F.unix_micros("event_time")).alias(INPUT_EVENT_TIME_COLUMN),
+                *histogram_counts(
+                    "arrival_delay",
+                    F.unix_micros("timestamp") - F.unix_micros("event_time"),
+                    F.lit(True),
+                ),
+                *histogram_counts("lateness", F.lit(0).cast("long"), F.lit(True)),
             )
             .withWatermark("event_time", "5 seconds")
             .groupBy(F.window("event_time", "5 seconds"))

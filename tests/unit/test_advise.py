@@ -1,0 +1,103 @@
+"""The tolerance advisor on distributions of known values: each suggestion keeps at least its
+fraction, the next smaller bound would not, and a configured tolerance's share is bracketed."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from wmobs.advise import advise, main
+from wmobs.listener._exposition import Exposition, MetricsServer
+from wmobs.listener._tracker import Tracker
+from wmobs.observations import HISTOGRAMS
+from wmobs.testing import progress_json
+
+_RANDOM = random.Random(7)
+LATENESS = [0.0] * 9_000 + [_RANDOM.uniform(0.0, 600.0) for _ in range(950)]
+LATENESS += [_RANDOM.uniform(600.0, 20_000.0) for _ in range(50)]
+DELAYS = [_RANDOM.uniform(-30.0, 90.0) for _ in range(10_000)]
+
+
+def _columns(histogram: str, values: list[float]) -> dict[str, int]:
+    """What ``histogram_counts`` observes for ``values`` (seconds), counted one by one."""
+    micros = [round(v * 1e6) for v in values]
+    columns = {
+        f"hist:{histogram}:le:{i}": sum(m <= round(b * 1e6) for m in micros)
+        for i, b in enumerate(HISTOGRAMS[histogram])
+    }
+    return columns | {
+        f"hist:{histogram}:count": len(micros),
+        f"hist:{histogram}:sum_us": sum(micros),
+    }
+
+
+def _tracker() -> Tracker:
+    tracker = Tracker(clock=lambda: 1_800_000_000.0)
+    observed = _columns("lateness", LATENESS) | _columns("arrival_delay", DELAYS)
+    tracker.on_progress(progress_json(name="q", observed={"wmobs.policy.sensors": observed}))
+    return tracker
+
+
+def _kept(values: list[float], tolerance: float) -> float:
+    return sum(v <= tolerance for v in values) / len(values)
+
+
+def test_each_suggestion_keeps_its_fraction_and_no_smaller_bound_would() -> None:
+    (advice,) = advise(Exposition(_tracker()).render().decode())
+    assert (advice.query, advice.policy, advice.rows) == ("q", "sensors", 10_000)
+    by_name = {t.tolerance: t for t in advice.tolerances}
+    bounds = [b for b in HISTOGRAMS["lateness"] if b >= 0]
+    for fraction, seconds in by_name["out_of_order"].suggested_s.items():
+        assert seconds is not None and _kept(LATENESS, seconds) >= fraction
+        smaller = [b for b in bounds if b < seconds]
+        assert not smaller or _kept(LATENESS, smaller[-1]) < fraction
+    # 9,000 on time, 950 up to 10 min late, 50 later: 99 % needs 10 min, 99.9 % and more a day
+    assert by_name["out_of_order"].suggested_s[0.99] == 600.0
+    late = by_name["late_arrival"].suggested_s
+    assert late[0.99] == 120.0 and _kept(DELAYS, 120.0) >= 0.99  # every delay is below 90 s
+    early = by_name["early_arrival"].suggested_s
+    assert early[0.99] == 60.0  # no event more than 30 s early: 60 s is the first bound >= 30
+    assert sum(d < -60.0 for d in DELAYS) == 0
+
+
+def test_a_configured_tolerance_reports_what_it_drops() -> None:
+    (advice,) = advise(
+        Exposition(_tracker()).render().decode(),
+        configured={"sensors": {"out_of_order": "10 seconds", "late_arrival": 20}},
+    )
+    by_name = {t.tolerance: t for t in advice.tolerances}
+    ooo = by_name["out_of_order"]
+    assert ooo.configured_s == 10.0
+    exact = 1 - _kept(LATENESS, 10.0)
+    assert ooo.dropped_fraction == (pytest.approx(exact), pytest.approx(exact))  # a bound
+    late = by_name["late_arrival"]
+    low, high = late.dropped_fraction or (None, None)
+    assert low is not None and high is not None
+    assert low <= 1 - _kept(DELAYS, 20.0) <= high  # between the bounds 10 s and 30 s
+    assert low < high
+
+
+def test_the_command_reads_an_endpoint_and_draws_the_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = MetricsServer("127.0.0.1", 0, Exposition(_tracker()))
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        plot = tmp_path / "lateness.png"
+        code = main(["--metrics-url", url, "--out-of-order", "10 seconds", "--plot", str(plot)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "query q, policy sensors (10000 rows judged)" in out
+    assert "out_of_order" in out and "600 s" in out and "10 s: drops or adjusts" in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_nothing_to_advise_on_is_said() -> None:
+    tracker = Tracker()
+    tracker.on_progress(progress_json(name="q"))
+    assert advise(Exposition(tracker).render().decode()) == []
