@@ -310,6 +310,18 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
         return lambda df, ck: p.apply(df, checkpoint_location=ck)
 
+    def without_distributions() -> Callable[[Any, str], Any]:
+        """The global policy without its two histograms (to measure what they cost)."""
+        from unittest import mock
+
+        make = policy()
+
+        def apply(df: Any, ck: str) -> Any:
+            with mock.patch("wmobs.policy._plan.histogram_counts", lambda *_: []):
+                return make(df, ck)
+
+        return apply
+
     def with_dead_letters() -> Callable[[Any, str], Any]:
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
         return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
@@ -317,6 +329,7 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "global policy": (policy(), "system_timestamp"),
+        "global policy without distributions": (without_distributions(), "system_timestamp"),
         "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
         "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
         "substreams, 10 keys": (

@@ -15,15 +15,17 @@ column                             exported as
 ``idle_timeout_firings``           ``wmobs_idle_timeout_firings_total``
 ``input_watermark_us``             ``wmobs_input_watermark_delay_seconds{policy}``
 ``input_event_time_us``            ``wmobs_input_event_time_lag_seconds{policy}``
-``hist:<h>:le:<i>``                ``wmobs_event_<h>_seconds_bucket{policy, le}``
-``hist:<h>:count``, ``:sum_us``    ``wmobs_event_<h>_seconds_count`` / ``_sum``
+``hist:<h>:buckets``               ``wmobs_event_<h>_seconds_bucket{policy, le}``, ``_count``
+``hist:<h>:sum_us``                ``wmobs_event_<h>_seconds_sum``
 =================================  ===================================================
 
 Histograms ``<h>`` (:data:`HISTOGRAMS`) are ``arrival_delay`` (arrival time - event time of
 every valid row; negative: early) and ``lateness`` (how far each row is behind the largest
-system timestamp seen before it; 0 when not behind). Their columns are cumulative counts of
-the batch's rows at or below bound ``i`` of :data:`HISTOGRAMS` ``[h]`` (seconds), the count
-and the sum in microseconds; :func:`histogram_counts` builds them.
+system timestamp seen before it; 0 when not behind). ``buckets`` is the batch's count per
+bucket, as ``histogram_numeric`` of the bucket index gives it (``[{x: index, y: count}, ...]``,
+an index may repeat: its counts add up; index ``i`` counts the values above bound ``i - 1`` and
+at most bound ``i`` of :data:`HISTOGRAMS` ``[h]``, in seconds; the last one, above every
+bound); ``sum_us`` their sum in microseconds. :func:`histogram_counts` builds both.
 
 The two ``input_*`` columns describe one input of the query (one time policy): its watermark
 and its largest event time in the micro-batch, unix **microseconds** (``observe`` cuts
@@ -47,8 +49,9 @@ counts as 0. Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 __all__ = [
@@ -127,34 +130,63 @@ def _histogram_column(histogram: str, part: str) -> str:
     return f"hist:{histogram}:{part}"
 
 
-def histogram_counts(histogram: str, micros: Any, valid: Any) -> list[Any]:
-    """The ``observe`` columns of one histogram: ``micros`` (a Column of µs) of the rows where
-    ``valid`` (a boolean Column). Cumulative counts per bound, the count and the sum."""
+def _bucket_index(micros: Any, bounds: Sequence[int], low: int = 0, high: int | None = None) -> Any:
+    """How many of ``bounds`` (µs, sorted) are below ``micros``: a balanced tree of
+    comparisons (a handful per row, in generated code)."""
     from pyspark.sql import functions as F
 
+    high = len(bounds) if high is None else high
+    if low == high:
+        return F.lit(low)
+    middle = (low + high) // 2
+    return F.when(
+        micros > F.lit(bounds[middle]), _bucket_index(micros, bounds, middle + 1, high)
+    ).otherwise(_bucket_index(micros, bounds, low, middle))
+
+
+def histogram_counts(histogram: str, micros: Any, valid: Any) -> list[Any]:
+    """The ``observe`` columns of one histogram: ``micros`` (a Column of µs) of the rows where
+    ``valid`` (a boolean Column).
+
+    Two aggregates, whatever the number of buckets: ``histogram_numeric`` of the bucket index
+    (exact here: it merges bins only when there are more distinct values than its bin budget,
+    and there are at most :data:`_BINS` - one bucket per bound and one above, while
+    repeated indexes from different partitions merge exactly) and the sum. One ``count_if``
+    per bucket cost ~25 ns per row and bucket: 0.19x of a policy's throughput."""
+    from pyspark.sql import functions as F
+
+    bounds = [round(bound * 1e6) for bound in HISTOGRAMS[histogram]]
     counted = valid & micros.isNotNull()
-    columns = [
-        F.count_if(counted & (micros <= F.lit(round(bound * 1e6)))).alias(
-            _histogram_column(histogram, f"le:{i}")
-        )
-        for i, bound in enumerate(HISTOGRAMS[histogram])
+    index = F.when(counted, _bucket_index(micros, bounds))
+    return [
+        F.histogram_numeric(index, F.lit(_BINS)).alias(_histogram_column(histogram, "buckets")),
+        F.sum(F.when(counted, micros)).alias(_histogram_column(histogram, "sum_us")),
     ]
-    columns.append(F.count_if(counted).alias(_histogram_column(histogram, "count")))
-    columns.append(F.sum(F.when(counted, micros)).alias(_histogram_column(histogram, "sum_us")))
-    return columns
+
+
+_BINS = 64
+"""The bin budget of ``histogram_numeric``: above the bucket count of every histogram."""
 
 
 @dataclass
 class HistogramCounts:
-    """One histogram of one input: cumulative counts per bound, count, sum (µs)."""
+    """One histogram of one input: the count per bucket (the last one above every bound) and
+    the sum (µs)."""
 
-    cumulative: list[int]
-    count: int = 0
+    buckets: list[int]
     sum_us: int = 0
 
+    @property
+    def cumulative(self) -> list[int]:
+        """Counts at or below each bound."""
+        return list(accumulate(self.buckets[:-1]))
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets)
+
     def add(self, other: HistogramCounts) -> None:
-        self.cumulative = [a + b for a, b in zip(self.cumulative, other.cumulative, strict=True)]
-        self.count += other.count
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
         self.sum_us += other.sum_us
 
 
@@ -224,24 +256,23 @@ def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts
 
 
 def _fold_histogram(counts: ObservedCounts, name: str, column: str, value: Any) -> bool:
-    """One ``hist:<h>:<part>`` column into ``counts``; False if it is not one."""
+    """One ``hist:<h>:buckets`` or ``hist:<h>:sum_us`` column into ``counts``; False if it is
+    not one."""
     parts = column.split(":", 2)
-    if len(parts) != 3:
+    if len(parts) != 3 or parts[1] not in HISTOGRAMS or parts[2] not in ("buckets", "sum_us"):
         return False
     _, histogram, part = parts
-    bounds = HISTOGRAMS.get(histogram)
-    if bounds is None:
-        return False
     key = (input_label(name), histogram)
     target = counts.histograms.get(key)
     if target is None:
-        target = counts.histograms[key] = HistogramCounts([0] * len(bounds))
-    if part == "count":
-        target.count += _count(value)
-    elif part == "sum_us":
+        size = len(HISTOGRAMS[histogram]) + 1
+        target = counts.histograms[key] = HistogramCounts([0] * size)
+    if part == "sum_us":
         target.sum_us += _count(value)
-    elif part.startswith("le:") and part[3:].isdigit() and int(part[3:]) < len(bounds):
-        target.cumulative[int(part[3:])] += _count(value)
-    else:
-        return False
+        return True
+    for point in value or ():
+        items = point.asDict() if hasattr(point, "asDict") else point
+        index, count = (items["x"], items["y"]) if isinstance(items, Mapping) else items
+        if index is not None and 0 <= int(index) < len(target.buckets):
+            target.buckets[int(index)] += round(float(count))
     return True

@@ -16,7 +16,7 @@ import wmobs
 from tests.unit._reference import lateness_reference
 from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
-from wmobs.observations import HISTOGRAMS
+from wmobs.observations import HISTOGRAMS, parse_observed_metrics
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
@@ -121,26 +121,29 @@ def run_policy(
     return kept, dict(snap.policy_events), query.recentProgress
 
 
-def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, int]:
-    """Every ``hist:*`` column the policy observed, summed over the micro-batches."""
-    totals: dict[str, int] = {}
+def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, Any]:
+    """The policy's two distributions over all micro-batches, as the listener reads them:
+    ``{histogram: (count per bucket, sum µs)}``."""
+    totals: dict[str, Any] = {}
     for p in progress:
-        for column, value in p["observedMetrics"][policy.observation_name].asDict().items():
-            if column.startswith("hist:"):
-                totals[column] = totals.get(column, 0) + int(value or 0)
+        row = p["observedMetrics"][policy.observation_name].asDict(recursive=True)
+        observed = parse_observed_metrics({policy.observation_name: row})
+        for (_, histogram), counts in observed.histograms.items():
+            buckets, sum_us = totals.get(histogram, ([0] * len(counts.buckets), 0))
+            totals[histogram] = (
+                [a + b for a, b in zip(buckets, counts.buckets, strict=True)],
+                sum_us + counts.sum_us,
+            )
     return totals
 
 
-def expected_histogram(histogram: str, values_us: list[int]) -> dict[str, int]:
-    """The columns of ``histogram`` for ``values_us``, counted one value at a time."""
-    columns = {
-        f"hist:{histogram}:le:{i}": sum(v <= round(bound * 1e6) for v in values_us)
-        for i, bound in enumerate(HISTOGRAMS[histogram])
-    }
-    return columns | {
-        f"hist:{histogram}:count": len(values_us),
-        f"hist:{histogram}:sum_us": sum(values_us),
-    }
+def expected_histogram(histogram: str, values_us: list[int]) -> dict[str, Any]:
+    """``{histogram: (count per bucket, sum µs)}`` for ``values_us``, one value at a time."""
+    bounds = [round(bound * 1e6) for bound in HISTOGRAMS[histogram]]
+    buckets = [0] * (len(bounds) + 1)
+    for v in values_us:
+        buckets[sum(v > b for b in bounds)] += 1
+    return {histogram: (buckets, sum(values_us))}
 
 
 def worked_histograms(per_key: bool) -> dict[str, int]:
@@ -194,7 +197,7 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path) -
     # This input's watermark (largest system timestamp 12:23 - 2 min) and largest event time.
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, policy) == worked_histograms(per_key=False)
-    late_us = observed_histograms(progress, policy)["hist:lateness:sum_us"]
+    late_us = observed_histograms(progress, policy)["lateness"][1]
     assert late_us == (7 + 2 + 4 + 1 + 1) * 60 * 10**6  # rows 6, 7, 9, 11, 12
     assert kept == expected_seconds(GLOBAL_EXPECTED)
     assert counts[("early_arrival", "dropped")] == 1
@@ -223,7 +226,7 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path) -> N
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, policy) == worked_histograms(per_key=True)
-    assert observed_histograms(progress, policy)["hist:lateness:sum_us"] == 60 * 10**6
+    assert observed_histograms(progress, policy)["lateness"][1] == 60 * 10**6
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("late_arrival", "adjusted")] == 1
     assert counts[("out_of_order", "adjusted")] == 0

@@ -204,3 +204,100 @@ def _substitute(expr: str) -> str:
         expr = expr.replace(variable, value)
     assert "$" not in expr, expr
     return expr
+
+
+def test_a_join_whose_one_input_stalls_fires_the_input_alert(
+    spark: Any, tmp_path: Path, prometheus: Any
+) -> None:
+    """Two policed inputs joined in one query: views stalls (old events, then nothing), clicks
+    keeps coming. WmobsInputWatermarkBehind fires for views, against a real Prometheus, while
+    clicks' own series stay healthy."""
+    from pyspark.sql import functions as F
+
+    start_prometheus, config, port = prometheus
+    base = f"http://127.0.0.1:{port}"
+    checkpoint = str(tmp_path / "ckpt-join")
+
+    def policed(name: str) -> Any:
+        policy = wmobs.TimePolicy(
+            event_time="event_time",
+            arrival_time=None,
+            early_arrival=None,
+            late_arrival="1 day",
+            name=name,
+        )
+        schema = "event_time TIMESTAMP, value LONG"
+        stream = spark.readStream.schema(schema).json(str(tmp_path / name))
+        return policy.apply(stream, checkpoint_location=checkpoint).select(
+            F.col("value").alias(f"{name}_id"), F.col("system_timestamp").alias(f"{name}_t")
+        )
+
+    now = time.time()
+    write_events(tmp_path / "views", 0, [now - 600 + k for k in range(3)])  # then nothing
+    clicks_written = 0
+
+    def click() -> None:
+        nonlocal clicks_written
+        write_events(tmp_path / "clicks", clicks_written, [time.time() - 1])
+        clicks_written += 1
+
+    click()
+    monitor = wmobs.attach(spark, prometheus_port=0)
+    query = None
+    try:
+        joined = policed("clicks").join(
+            policed("views"),
+            F.expr(
+                "clicks_id = views_id AND views_t BETWEEN clicks_t - INTERVAL 1 HOUR "
+                "AND clicks_t + INTERVAL 1 HOUR"
+            ),
+        )
+        query = (
+            joined.writeStream.queryName("e2e_join")
+            .format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        query.processAllAvailable()
+        rules = tmp_path / "rules.yaml"
+        rules.write_text(render(RulesConfig(input_behind_threshold="30s", input_behind_for="3s")))
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files:\n  - {rules}\n"
+            "scrape_configs:\n  - job_name: wmobs\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{monitor.prometheus_port}']\n"
+        )
+        start_prometheus()
+        wait_until(lambda: _ready(base), timeout=60, what="Prometheus ready")
+
+        def firing() -> list[dict[str, str]]:
+            alerts = api(base, "/api/v1/alerts")["data"]["alerts"]
+            return [
+                a["labels"]
+                for a in alerts
+                if a["labels"]["alertname"] == "WmobsInputWatermarkBehind"
+                and a["state"] == "firing"
+            ]
+
+        deadline = time.monotonic() + 120
+        while not firing():  # clicks keep arriving, about one file a second
+            assert time.monotonic() < deadline, "WmobsInputWatermarkBehind never fired"
+            click()
+            time.sleep(1)
+        labels = firing()
+        assert [(a["query"], a["policy"]) for a in labels] == [("e2e_join", "views")]
+        delays = {
+            r["metric"]["policy"]: float(r["value"][1])
+            for r in api(
+                base,
+                "/api/v1/query",
+                query='wmobs_input_watermark_delay_seconds{query="e2e_join"}',
+            )["data"]["result"]
+        }
+        assert delays["views"] > 500  # its events are 10 minutes old
+        assert delays["clicks"] < 30  # the healthy input: within the threshold
+    finally:
+        if query is not None:
+            query.stop()
+        monitor.close()

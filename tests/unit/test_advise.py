@@ -4,7 +4,9 @@ fraction, the next smaller bound would not, and a configured tolerance's share i
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,15 +22,13 @@ LATENESS += [_RANDOM.uniform(600.0, 20_000.0) for _ in range(50)]
 DELAYS = [_RANDOM.uniform(-30.0, 90.0) for _ in range(10_000)]
 
 
-def _columns(histogram: str, values: list[float]) -> dict[str, int]:
+def _columns(histogram: str, values: list[float]) -> dict[str, Any]:
     """What ``histogram_counts`` observes for ``values`` (seconds), counted one by one."""
     micros = [round(v * 1e6) for v in values]
-    columns = {
-        f"hist:{histogram}:le:{i}": sum(m <= round(b * 1e6) for m in micros)
-        for i, b in enumerate(HISTOGRAMS[histogram])
-    }
-    return columns | {
-        f"hist:{histogram}:count": len(micros),
+    bounds = [round(b * 1e6) for b in HISTOGRAMS[histogram]]
+    per_index = Counter(sum(m > b for b in bounds) for m in micros)
+    return {
+        f"hist:{histogram}:buckets": [{"x": i, "y": float(n)} for i, n in per_index.items()],
         f"hist:{histogram}:sum_us": sum(micros),
     }
 

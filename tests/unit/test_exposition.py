@@ -39,9 +39,11 @@ def _feed(listener: WmobsListener, names: list[str]) -> None:
                             "policy:early_arrival:dropped": 1,
                             "dead_letter_rows": 1,
                             "idle_timeout_firings": batch % 2,
-                            "hist:lateness:le:0": batch,
-                            "hist:lateness:le:5": batch + 1,
-                            "hist:lateness:count": batch + 2,
+                            "hist:lateness:buckets": [
+                                {"x": 0, "y": float(batch)},
+                                {"x": 5, "y": 1.0},
+                                {"x": 0, "y": 2.0},  # an index repeats: its counts add up
+                            ],
                             "hist:lateness:sum_us": 3_000_000,
                         }
                     },

@@ -181,7 +181,7 @@ def _fold_observed(snap: QuerySnapshot, observed: ObservedCounts) -> None:
     if observed.idle_timeout_firings is not None:
         snap.idle_timeout_firings = (snap.idle_timeout_firings or 0) + observed.idle_timeout_firings
     for key, counts in observed.histograms.items():
-        snap.histograms.setdefault(key, HistogramCounts([0] * len(counts.cumulative))).add(counts)
+        snap.histograms.setdefault(key, HistogramCounts([0] * len(counts.buckets))).add(counts)
     for label, (watermark_us, event_us) in observed.inputs.items():
         state = snap.inputs.setdefault(label, InputSnapshot())
         state.watermark = _later(state.watermark, watermark_us)
