@@ -301,6 +301,25 @@ def _policy_input(spark: Any, directory: Path, rows: int, files: int) -> str:
     return "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
 
 
+def _windowed_count(df: Any, time_column: str, checkpoint: str) -> Any:
+    """A 10-second windowed count of ``df`` to the ``noop`` sink, run until the input is
+    processed; the stopped query (its progress)."""
+    from pyspark.sql import functions as F
+
+    query = (
+        df.groupBy(F.window(time_column, "10 seconds"))
+        .count()
+        .writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    return query
+
+
 def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str]]:
     """The policy benchmark's variants: ``name -> (make(stream, checkpoint), time column)``
     (dead letters go to ``work / "dead"``)."""
@@ -350,7 +369,6 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
 def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
     """A windowed aggregation alone vs behind a TimePolicy (global, substreams, dead letters)."""
-    from pyspark.sql import functions as F
 
     from wmobs.testing import local_spark
 
@@ -371,18 +389,7 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         stream = (
             spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
         ).parquet(str(work / "in"))
-        query = (
-            make(stream, checkpoint)
-            .groupBy(F.window(time_column, "10 seconds"))
-            .count()
-            .writeStream.format("noop")
-            .outputMode("append")
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
-        query.processAllAvailable()
-        query.stop()
+        query = _windowed_count(make(stream, checkpoint), time_column, checkpoint)
         first, last = query.recentProgress[0], query.recentProgress[-1]
         begin = parse_timestamp(first["timestamp"])
         end = parse_timestamp(last["timestamp"])
@@ -419,7 +426,6 @@ def bench_latency(runs: int, batches: int = 25, rows_per_batch: int = 1000) -> d
     file each), a 10-second windowed count to the ``noop`` sink, alone and behind each policy
     variant, interleaved ``runs`` times. The trigger execution times of every micro-batch but
     each run's first (which compiles and starts Python workers) make the distributions."""
-    from pyspark.sql import functions as F
 
     from wmobs.testing import local_spark
 
@@ -434,18 +440,9 @@ def bench_latency(runs: int, batches: int = 25, rows_per_batch: int = 1000) -> d
         shutil.rmtree(checkpoint, ignore_errors=True)
         shutil.rmtree(work / "dead", ignore_errors=True)
         stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-        query = (
-            make(stream.parquet(str(work / "in")), checkpoint)
-            .groupBy(F.window(column, "10 seconds"))
-            .count()
-            .writeStream.format("noop")
-            .outputMode("append")
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="0 seconds")
-            .start()
+        query = _windowed_count(
+            make(stream.parquet(str(work / "in")), checkpoint), column, checkpoint
         )
-        query.processAllAvailable()
-        query.stop()
         data = [p for p in query.recentProgress if p["numInputRows"]]
         return [p["durationMs"]["triggerExecution"] / 1000 for p in data[1:]]
 

@@ -137,14 +137,7 @@ def test_dashboard_and_alerts_against_real_prometheus(
         queries.append(stalled)
         stalled.processAllAvailable()
 
-        rules = tmp_path / "rules.yaml"
-        rules.write_text(render(RulesConfig(delay_threshold="30s", delay_for="3s")))
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            f"rule_files:\n  - {rules}\n"
-            "scrape_configs:\n  - job_name: wmobs\n    static_configs:\n"
-            f"      - targets: ['127.0.0.1:{monitor.prometheus_port}']\n"
-        )
+        _configure(config, RulesConfig(delay_threshold="30s", delay_for="3s"), monitor)
         proc = start_prometheus()
         wait_until(lambda: _ready(base), timeout=60, what="Prometheus to be ready")
         assert proc.poll() is None
@@ -189,6 +182,18 @@ def test_dashboard_and_alerts_against_real_prometheus(
         for query in queries:
             query.stop()
         monitor.close()
+
+
+def _configure(config: Path, rules: RulesConfig, monitor: wmobs.Monitor) -> None:
+    """Prometheus' config: scrape ``monitor``'s endpoint every second, evaluate ``rules``."""
+    rules_file = config.with_name("rules.yaml")
+    rules_file.write_text(render(rules))
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files:\n  - {rules_file}\n"
+        "scrape_configs:\n  - job_name: wmobs\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{monitor.prometheus_port}']\n"
+    )
 
 
 def _ready(base: str) -> bool:
@@ -260,13 +265,8 @@ def test_a_join_whose_one_input_stalls_fires_the_input_alert(
             .start()
         )
         query.processAllAvailable()
-        rules = tmp_path / "rules.yaml"
-        rules.write_text(render(RulesConfig(input_behind_threshold="30s", input_behind_for="3s")))
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            f"rule_files:\n  - {rules}\n"
-            "scrape_configs:\n  - job_name: wmobs\n    static_configs:\n"
-            f"      - targets: ['127.0.0.1:{monitor.prometheus_port}']\n"
+        _configure(
+            config, RulesConfig(input_behind_threshold="30s", input_behind_for="3s"), monitor
         )
         start_prometheus()
         wait_until(lambda: _ready(base), timeout=60, what="Prometheus ready")
