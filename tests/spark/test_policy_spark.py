@@ -4,6 +4,7 @@ the exported counts."""
 from __future__ import annotations
 
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -430,3 +431,56 @@ def test_an_unnamed_substream_policy_warns_where_its_state_goes(spark: Any, tmp_
         policy.apply(stream)
     assert [entry["event"] for entry in logs] == ["wmobs.substream_policy_unnamed"]
     assert logs[0]["state"].startswith("wmobs/substreams/EventTime_")
+
+
+@pytest.mark.parametrize("per_key", [False, True])
+def test_distributions_on_a_random_multi_batch_stream(
+    spark: Any, tmp_path: Path, per_key: bool
+) -> None:
+    """Random event and arrival times over 6 micro-batches of 40 rows and 5 devices: both
+    distributions equal an event-at-a-time computation, globally (lateness behind the largest
+    system timestamp of the earlier batches) and per key (behind the key's, in arrival order)."""
+    rnd = random.Random(11 + per_key)
+    late_tolerance = 120  # seconds: late rows are adjusted to arrival - 2 min
+    start = epoch("12:00")
+    batches = []
+    for b in range(6):
+        rows = []
+        for i in range(40):
+            arrival = start + b * 300 + i * 7  # distinct; batches overlap in arrival time
+            event = arrival - rnd.choice([0, 1, 5, 30, 90, 400, 3000]) + rnd.choice([0, 0, 20])
+            rows.append((b * 40 + i, event, arrival, f"d{rnd.randrange(5)}"))
+        batches.append(rows)
+        write_rows(
+            tmp_path / "in",
+            f"part-{b:02d}",
+            [{"id": i, "EventTime": iso(e), "ArrivalTime": iso(a), "deviceId": d}
+             for i, e, a, d in rows],
+        )  # fmt: skip
+    policy = TimePolicy(
+        event_time="EventTime",
+        arrival_time="ArrivalTime",
+        early_arrival=None,
+        late_arrival=f"{late_tolerance} seconds",
+        out_of_order="1 minute",
+        substream_by=["deviceId"] if per_key else None,
+        name="random_per_key" if per_key else "random_global",
+    )
+    _, _, progress = run_policy(spark, policy, tmp_path / "in", tmp_path, policy.state_name)
+
+    delays, lateness = [], []
+    largest: dict[str, int] = {}  # per stream: largest system timestamp so far (µs)
+    for rows in batches:
+        before = dict(largest)  # globally: as of the end of the previous micro-batch
+        for _, event, arrival, device in rows:
+            delays.append(round((arrival - event) * 1e6))
+            system = round(max(event, arrival - late_tolerance) * 1e6)
+            stream = device if per_key else "all"
+            reference = largest.get(stream) if per_key else before.get(stream)
+            lateness.append(0 if reference is None else max(reference - system, 0))
+            largest[stream] = max(largest.get(stream, system), system)
+    expected = expected_histogram("arrival_delay", delays) | expected_histogram(
+        "lateness", lateness
+    )
+    assert observed_histograms(progress, policy) == expected
+    assert sum(lateness) > 0  # the stream has rows behind others
