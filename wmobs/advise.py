@@ -32,7 +32,16 @@ from wmobs.listener.metrics import EVENT_HISTOGRAMS
 from wmobs.observations import HISTOGRAMS
 from wmobs.policy._durations import to_micros
 
-__all__ = ["KEEP", "Advice", "Distribution", "ToleranceAdvice", "advise", "distributions", "main"]
+__all__ = [
+    "KEEP",
+    "Advice",
+    "Distribution",
+    "ToleranceAdvice",
+    "advise",
+    "distributions",
+    "from_prometheus",
+    "main",
+]
 
 KEEP: tuple[float, ...] = (0.99, 0.999, 0.9999)
 """The fractions of rows to keep that the advisor suggests tolerances for."""
@@ -197,7 +206,7 @@ def _fetch(url: str) -> str:
         return str(response.read().decode("utf-8"))
 
 
-def _from_prometheus(base: str, query: str, window: str) -> dict[Any, float]:
+def from_prometheus(base: str, query: str, window: str) -> dict[Any, float]:
     """The distributions' increase over ``window`` for ``query``, from Prometheus' API."""
     samples: dict[Any, float] = {}
     for name, _help in EVENT_HISTOGRAMS.values():
@@ -290,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
 
         samples = parse_metrics(_fetch(args.metrics_url))
     else:
-        samples = _from_prometheus(args.prometheus, args.query, args.range)
+        samples = from_prometheus(args.prometheus, args.query, args.range)
     settings = {t: getattr(args, t) for t in _TOLERANCES if getattr(args, t) is not None}
     advice = advise(samples, configured={args.policy or "*": settings})
     if args.policy:

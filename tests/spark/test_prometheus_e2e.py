@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import wmobs
+from wmobs.advise import advise, from_prometheus
 from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
@@ -297,6 +298,12 @@ def test_a_join_whose_one_input_stalls_fires_the_input_alert(
         }
         assert delays["views"] > 500  # its events are 10 minutes old
         assert delays["clicks"] < 30  # the healthy input: within the threshold
+        # The advisor over a range, from this Prometheus: both inputs; the stalled one had no
+        # rows while Prometheus watched, the other had.
+        advice = advise(from_prometheus(base, "e2e_join", "10m"))
+        rows = {a.policy: a.rows for a in advice if a.query == "e2e_join"}
+        assert set(rows) == {"clicks", "views"}
+        assert rows["clicks"] > 0 and rows["views"] == 0
     finally:
         if query is not None:
             query.stop()
