@@ -336,7 +336,9 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         make = policy()
 
         def apply(df: Any, ck: str) -> Any:
-            with mock.patch("wmobs.policy._plan.histogram_counts", lambda *_: []):
+            with mock.patch(
+                "wmobs.policy._plan._Plan._distributions", lambda _, staged, __: (staged, [])
+            ):
                 return make(df, ck)
 
         return apply

@@ -67,6 +67,7 @@ __all__ = [
     "HistogramCounts",
     "ObservedCounts",
     "histogram_counts",
+    "histogram_index",
     "input_label",
     "is_wmobs_observation",
     "parse_observed_metrics",
@@ -144,23 +145,41 @@ def _bucket_index(micros: Any, bounds: Sequence[int], low: int = 0, high: int | 
     ).otherwise(_bucket_index(micros, bounds, low, middle))
 
 
-def histogram_counts(histogram: str, micros: Any, valid: Any) -> list[Any]:
+def histogram_index(histogram: str, micros: Any, valid: Any) -> Any:
+    """The bucket index of ``micros`` (a Column of µs) in ``histogram``, null where ``valid``
+    (a boolean Column) is false or ``micros`` is null: a Column for :func:`histogram_counts`'s
+    ``index``."""
+    from pyspark.sql import functions as F
+
+    bounds = [round(bound * 1e6) for bound in HISTOGRAMS[histogram]]
+    return F.when(valid & micros.isNotNull(), _bucket_index(micros, bounds))
+
+
+def histogram_counts(
+    histogram: str, micros: Any, valid: Any, *, index: str | None = None
+) -> list[Any]:
     """The ``observe`` columns of one histogram: ``micros`` (a Column of µs) of the rows where
     ``valid`` (a boolean Column).
 
     Two aggregates, whatever the number of buckets: ``histogram_numeric`` of the bucket index
     (exact here: it merges bins only when there are more distinct values than its bin budget,
     and there are at most :data:`_BINS` - one bucket per bound and one above, while
-    repeated indexes from different partitions merge exactly) and the sum. One ``count_if``
-    per bucket cost ~25 ns per row and bucket: 0.19x of a policy's throughput."""
+    repeated indexes from different partitions merge exactly) and the sum.
+
+    ``index``: the name of a column of the observed DataFrame that holds
+    :func:`histogram_index` of the same arguments. Pass it: ``histogram_numeric`` evaluates
+    its argument row by row outside generated code, where the comparisons that find the bucket
+    cost ~30 ns per row, against ~6 ns when a projection before ``observe`` computes them in
+    generated code (``python benchmarks/distributions.py``). One ``count_if`` per bucket cost
+    ~25 ns per row and bucket."""
     from pyspark.sql import functions as F
 
-    bounds = [round(bound * 1e6) for bound in HISTOGRAMS[histogram]]
-    counted = valid & micros.isNotNull()
-    index = F.when(counted, _bucket_index(micros, bounds))
+    bucket = histogram_index(histogram, micros, valid) if index is None else F.col(index)
     return [
-        F.histogram_numeric(index, F.lit(_BINS)).alias(_histogram_column(histogram, "buckets")),
-        F.sum(F.when(counted, micros)).alias(_histogram_column(histogram, "sum_us")),
+        F.histogram_numeric(bucket, F.lit(_BINS)).alias(_histogram_column(histogram, "buckets")),
+        F.sum(F.when(valid & micros.isNotNull(), micros)).alias(
+            _histogram_column(histogram, "sum_us")
+        ),
     ]
 
 

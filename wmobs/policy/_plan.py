@@ -18,6 +18,7 @@ from wmobs.observations import (
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
     histogram_counts,
+    histogram_index,
     policy_column,
 )
 from wmobs.policy._durations import Tolerances
@@ -27,6 +28,7 @@ from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
     DELAY,
+    DELAY_BUCKET,
     DROP_POLICIES,
     DROPPED_BITS,
     EARLY_ADJUSTED,
@@ -37,6 +39,7 @@ from wmobs.policy._verdicts import (
     LATE_ADJUSTED,
     LATE_DROPPED,
     LATENESS,
+    LATENESS_BUCKET,
     OOO_ADJUSTED,
     OOO_DROPPED,
     TS,
@@ -96,12 +99,18 @@ class _Plan:
                 staged = staged.unionByName(self._heartbeat(staged, self.checkpoint))
         else:
             staged = self._substream_out_of_order(df)
+        staged, distributions = self._distributions(staged, idle)
         observed = staged.observe(
-            self.policy.observation_name, *self._counts(staged, sink is not None, idle)
+            self.policy.observation_name,
+            *self._counts(staged, sink is not None, idle),
+            *distributions,
         )
         if sink is None:
             kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
         else:
+            # Only what the stage and the output need crosses into Python.
+            passed = [*columns, TS, VERDICT, *([IDLE] if idle else [])]
+            observed = observed.select(*[F.col(f"`{c}`") for c in passed])
             stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
             kept = observed.mapInArrow(stage, observed.schema)
         out = kept.select(
@@ -345,14 +354,33 @@ class _Plan:
             counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
         # Synthetic rows move the input's clock (its watermark), but are no events.
         kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
-        event = self._event_micros(staged)
         real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
-        counts += histogram_counts("arrival_delay", F.col(DELAY), real)
-        counts += histogram_counts("lateness", F.col(LATENESS), real)
+        if ARRIVAL in staged.columns:  # the event time, without parsing it again
+            event = F.col(ARRIVAL) - F.col(DELAY)
+        else:
+            event = self._event_micros(staged)
         tolerance = F.lit(self.tolerances.out_of_order_us)
         counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
         counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
         return counts
+
+    def _distributions(self, staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
+        """``staged`` with the bucket of each row's arrival delay and lateness (computed in
+        generated code, before ``observe``), and the aggregates that count them."""
+        from pyspark.sql import functions as F
+
+        real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
+        delay, lateness = F.col(DELAY), F.col(LATENESS)
+        staged = staged.withColumns(
+            {
+                DELAY_BUCKET: histogram_index("arrival_delay", delay, real),
+                LATENESS_BUCKET: histogram_index("lateness", lateness, real),
+            }
+        )
+        return staged, [
+            *histogram_counts("arrival_delay", delay, real, index=DELAY_BUCKET),
+            *histogram_counts("lateness", lateness, real, index=LATENESS_BUCKET),
+        ]
 
 
 # ---- helpers -------------------------------------------------------------------------------

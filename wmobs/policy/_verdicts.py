@@ -51,4 +51,10 @@ DELAY = "wmobs__delay_us"
 """Arrival time - event time (µs) of a valid row."""
 LATENESS = "wmobs__lateness_us"
 """How far a row still in play is behind the largest system timestamp before it (µs)."""
-INTERNAL = (TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS)
+DELAY_BUCKET = "wmobs__delay_bucket"
+LATENESS_BUCKET = "wmobs__lateness_bucket"
+"""The histogram bucket of DELAY and LATENESS, computed before ``observe`` counts them."""
+INTERNAL = (
+    TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS, DELAY_BUCKET,
+    LATENESS_BUCKET,
+)  # fmt: skip
