@@ -172,3 +172,122 @@ def test_apply_checks_where_it_reads_and_writes_on_the_driver(
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as without wmobs[gcs]
     with pytest.raises(wmobs.StorageError, match=r"pip install 'wmobs\[gcs\]'"):
         policy.apply(stream, checkpoint_location="gs://bucket/chk")
+
+
+# Every scalar type, at its edges: what a dead letter must give back exactly.
+TYPED_SCHEMA = (
+    "ts TIMESTAMP, b TINYINT, s SMALLINT, i INT, l BIGINT, f FLOAT, d DOUBLE, "
+    "dec DECIMAL(20,4), ok BOOLEAN, str STRING, bin BINARY, day DATE, at TIMESTAMP"
+)
+
+
+def _typed_input(directory: Path) -> Any:
+    """Rows with no event time (so every one is dropped as invalid), one Parquet file."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "ts": pa.array([None] * 5, pa.timestamp("us", tz="UTC")),
+            "b": pa.array([-128, 127, 0, None, 1], pa.int8()),
+            "s": pa.array([-32768, 32767, 0, None, 1], pa.int16()),
+            "i": pa.array([-(2**31), 2**31 - 1, 0, None, 1], pa.int32()),
+            "l": pa.array([-(2**63), 2**63 - 1, 0, None, 1], pa.int64()),
+            "f": pa.array([float("nan"), 3.4028235e38, -0.0, None, 1.1], pa.float32()),
+            "d": pa.array([float("inf"), -float("inf"), 5e-324, None, 0.1 + 0.2], pa.float64()),
+            "dec": pa.array(
+                [
+                    Decimal("-9999999999999999.9999"),
+                    Decimal("0.0001"),
+                    Decimal(0),
+                    None,
+                    Decimal("1E+3"),
+                ],
+                pa.decimal128(20, 4),
+            ),
+            "ok": pa.array([True, False, None, True, False]),
+            "str": pa.array(["", 'é,"\n{', None, "null", "x" * 1000]),
+            "bin": pa.array([b"", b"\x00\xff", None, b"null", bytes(range(256))]),
+            "day": pa.array(
+                [
+                    dt.date(1, 1, 1),
+                    dt.date(9999, 12, 31),
+                    None,
+                    dt.date(1970, 1, 1),
+                    dt.date(2026, 1, 1),
+                ],
+                pa.date32(),
+            ),
+            "at": pa.array(
+                [
+                    dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc),
+                    dt.datetime(2026, 1, 1, 12, 0, 0, 1, tzinfo=dt.timezone.utc),
+                    None,
+                    dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc),
+                    dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.timezone.utc),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    directory.mkdir(parents=True)
+    pq.write_table(table, directory / "part-0.parquet")
+    return table
+
+
+def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path) -> Any:
+    """The dead-letter table of one run of an invalid-time policy over ``source``."""
+    import pyarrow.parquet as pq
+
+    stream = spark.readStream.schema(schema).parquet(str(source))
+    out = TimePolicy(event_time="ts", arrival_time=None).apply(
+        stream, checkpoint_location=str(work / "ckpt"), dead_letter=str(work / "dead")
+    )
+    query = (
+        out.writeStream.format("noop")
+        .option("checkpointLocation", str(work / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    (file,) = (work / "dead").rglob("*.parquet")
+    return pq.read_table(file)
+
+
+def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path) -> None:
+    """Kept rows stay in the JVM, dropped ones reach Python in a text form; what lands is what
+    came in, value for value and of the Arrow types the every-row plan (``mapInArrow``) gives."""
+    from unittest import mock
+
+    from pyspark.sql import functions as F
+
+    expected = _typed_input(tmp_path / "in")
+    stream = spark.readStream.schema(TYPED_SCHEMA).parquet(str(tmp_path / "in"))
+    applied = TimePolicy(event_time="ts", arrival_time=None).apply(
+        stream, checkpoint_location=str(tmp_path / "plan"), dead_letter=str(tmp_path / "x")
+    )
+    plan = applied._jdf.queryExecution().analyzed().toString()
+    assert "MapInArrow" not in plan and "hand_over" in plan  # the cheaper plan
+
+    fast = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "fast")
+    with mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None):
+        every_row = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "slow")
+
+    assert fast.schema == every_row.schema
+    columns = expected.column_names
+    # repr: NaN equals NaN there, and -0.0 differs from 0.0
+    assert repr(fast.select(columns).to_pylist()) == repr(every_row.select(columns).to_pylist())
+    as_written = expected.cast(fast.select(columns).schema)  # the session's time zone
+    assert repr(fast.select(columns).to_pylist()) == repr(as_written.to_pylist())
+    assert fast.column("wmobs_policy").to_pylist() == ["invalid_time"] * 5
+
+    # A column without an exact text form (here a map) takes the every-row plan.
+    nested = stream.withColumn("m", F.create_map(F.col("str"), F.col("l")))
+    applied = TimePolicy(event_time="ts", arrival_time=None).apply(
+        nested, checkpoint_location=str(tmp_path / "plan2"), dead_letter=str(tmp_path / "y")
+    )
+    assert "MapInArrow" in applied._jdf.queryExecution().analyzed().toString()

@@ -88,7 +88,7 @@ class _Plan:
         """See :func:`build`."""
         from pyspark.sql import functions as F
 
-        from wmobs.policy.deadletter import dead_letter_stage
+        from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage
 
         columns = df.columns
         idle = self.tolerances.idle_timeout_us is not None
@@ -105,10 +105,26 @@ class _Plan:
             *self._counts(staged, sink is not None, idle),
             *distributions,
         )
+        keep = None
+        if sink is not None:  # kept rows stay in the JVM where every column has a text form
+            conf = df.sparkSession.conf
+            keep = dead_letter_filter(
+                sink,
+                df.select(*[F.col(f"`{c}`") for c in columns]).schema,
+                VERDICT,
+                DROPPED_BITS,
+                DROP_POLICIES,
+                timezone=conf.get("spark.sql.session.timeZone") or "UTC",
+                large_types=(conf.get("spark.sql.execution.arrow.useLargeVarTypes") or "")
+                .strip()
+                .lower()
+                == "true",
+            )
         if sink is None:
             kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
-        else:
-            # Only what the stage and the output need crosses into Python.
+        elif keep is not None:
+            kept = observed.filter(keep)
+        else:  # every row crosses into Python; only what the stage and the output need
             passed = [*columns, TS, VERDICT, *([IDLE] if idle else [])]
             observed = observed.select(*[F.col(f"`{c}`") for c in passed])
             stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)

@@ -25,6 +25,7 @@ benchmark. Without ``dead_letter`` no Python runs per row and dropped rows are o
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,7 +33,14 @@ from typing import Any
 from wmobs.policy._checkpoint import task_batch_id
 from wmobs.policy._storage import Storage
 
-__all__ = ["BATCH_COLUMN", "POLICY_COLUMN", "DeadLetter", "DeadLetterFunction", "dead_letter_stage"]
+__all__ = [
+    "BATCH_COLUMN",
+    "POLICY_COLUMN",
+    "DeadLetter",
+    "DeadLetterFunction",
+    "dead_letter_filter",
+    "dead_letter_stage",
+]
 
 DeadLetterFunction = Callable[[Any, int, int], None]
 """``fn(table: pyarrow.Table, batch_id: int, partition_id: int) -> None``."""
@@ -126,12 +134,12 @@ def dead_letter_stage(
     dropped_bits: int,
     policy_bits: list[tuple[str, int]],
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function: hands dropped rows to ``sink``, yields the kept ones."""
+    """The ``mapInArrow`` function: hands dropped rows to ``sink``, yields the kept ones (every
+    row crosses into Python; :func:`dead_letter_filter` is the cheaper plan where it applies)."""
 
     def stage(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.compute as pc
-        from pyspark import TaskContext
 
         dropped_parts = []
         for batch in batches:
@@ -142,20 +150,139 @@ def dead_letter_stage(
                 yield batch.filter(pc.invert(dropped))
             else:
                 yield batch
-        if not dropped_parts:
-            return
-        context = TaskContext.get()
-        assert context is not None, "dead letters are written inside Spark tasks"
-        found = task_batch_id()
-        batch_id = -1 if found is None else found
-        rows = pa.Table.from_batches(dropped_parts)
-        verdict = rows.column(verdict_column)
-        policy = pa.nulls(rows.num_rows, pa.string())
-        for name, bit in reversed(policy_bits):
-            hit = pc.not_equal(pc.bit_wise_and(verdict, bit), 0)
-            policy = pc.if_else(hit, pa.scalar(name), policy)
-        table = rows.select(columns).append_column(POLICY_COLUMN, policy)
-        table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * rows.num_rows, pa.int64()))
-        sink.write(table, batch_id, context.partitionId())
+        if dropped_parts:
+            rows = pa.Table.from_batches(dropped_parts)
+            _hand_over(sink, rows.select(columns), rows.column(verdict_column), policy_bits)
 
     return stage
+
+
+def _hand_over(
+    sink: DeadLetter, table: Any, verdict: Any, policy_bits: list[tuple[str, int]]
+) -> None:
+    """In the task: ``table`` (the dropped rows' input columns) with the policy that dropped
+    each row (from ``verdict``, its verdict bits) and the batch id, to ``sink``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "dead letters are written inside Spark tasks"
+    found = task_batch_id()
+    batch_id = -1 if found is None else found
+    policy = pa.nulls(table.num_rows, pa.string())
+    for name, bit in reversed(policy_bits):
+        hit = pc.not_equal(pc.bit_wise_and(verdict, bit), 0)
+        policy = pc.if_else(hit, pa.scalar(name), policy)
+    table = table.append_column(POLICY_COLUMN, policy)
+    table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
+    sink.write(table, batch_id, context.partitionId())
+
+
+# ---- the plan where kept rows stay in the JVM ---------------------------------------------
+
+
+def dead_letter_filter(
+    sink: DeadLetter,
+    schema: Any,
+    verdict_column: str,
+    dropped_bits: int,
+    policy_bits: list[tuple[str, int]],
+    *,
+    timezone: str,
+    large_types: bool,
+) -> Any | None:
+    """A boolean Column, true for the rows to keep, that hands the dropped ones to ``sink``;
+    ``None`` where a column of ``schema`` (the input's ``StructType``) has no exact text form
+    here (nested, map, interval, variant and timestamp-without-zone columns), and
+    :func:`dead_letter_stage` is the plan.
+
+    Only dropped rows carry data into Python: each is encoded in the JVM as one array of
+    strings, one exact text form per column (integers, booleans, decimals and floating point
+    as Spark casts them to text, which round-trips; binary as base64; dates and timestamps as
+    days and microseconds since the epoch), and every kept row as a single null. An
+    Arrow-iterator UDF, evaluated in the same task as the policy's ``observe``, decodes the
+    dropped rows into the Arrow types ``mapInArrow`` would have given them (``timezone``,
+    ``large_types``: the session's) and hands them over once the task's input is exhausted."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.util import PythonEvalType
+
+    if not hasattr(F, "arrow_udf"):  # PySpark < 4.1
+        return None
+    encoders, targets = [], []
+    for field in schema.fields:
+        form = _text_form(F.col(f"`{field.name}`"), field.dataType)
+        if form is None:
+            return None
+        arrow = to_arrow_type(field.dataType, timezone=timezone, prefers_large_types=large_types)
+        encoders.append(form[0])
+        targets.append((field.name, form[1], arrow))
+    width = len(targets) + 1  # and the verdict
+
+    def hand_over(arrays: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        dropped = []
+        for array in arrays:
+            present = array.is_valid()
+            if pc.any(present).as_py():
+                dropped.append(array.filter(present))
+            yield pc.invert(present)
+        if not dropped:
+            return
+        rows = pa.concat_arrays(dropped)
+        values = rows.flatten()
+        count = len(rows)
+
+        def column(index: int) -> Any:
+            return values.take(pa.array(range(index, count * width, width), pa.int64()))
+
+        decoded = [_decode(column(i), how, arrow) for i, (_, how, arrow) in enumerate(targets)]
+        table = pa.table(decoded, names=[name for name, _, _ in targets])
+        _hand_over(sink, table, pc.cast(column(width - 1), pa.int64()), policy_bits)
+
+    with warnings.catch_warnings():  # "prefer type hints": pyarrow is imported lazily here
+        warnings.filterwarnings("ignore", "It is preferred to specify type hints")
+        udf = F.arrow_udf(
+            hand_over, T.BooleanType(), functionType=PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF
+        ).asNondeterministic()
+    verdict = F.col(verdict_column)
+    is_dropped = verdict.bitwiseAND(F.lit(dropped_bits)) != 0
+    return udf(F.when(is_dropped, F.array(*encoders, verdict.cast("string"))))
+
+
+def _text_form(column: Any, data_type: Any) -> tuple[Any, str] | None:
+    """``column`` as exact text (see :func:`dead_letter_filter`) and how :func:`_decode` reads
+    it back, or None."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.BinaryType):
+        return F.base64(column), "base64"
+    if isinstance(data_type, T.DateType):
+        return F.unix_date(column).cast("string"), "days"
+    if isinstance(data_type, T.TimestampType):
+        return F.unix_micros(column).cast("string"), "micros"
+    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType)):
+        return column.cast("string"), "cast"
+    return None
+
+
+def _decode(text: Any, how: str, arrow_type: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if how == "base64":
+        import base64
+
+        return pa.array(
+            [None if v is None else base64.b64decode(v) for v in text.to_pylist()], arrow_type
+        )
+    if how == "days":
+        return pc.cast(pc.cast(text, pa.int32()), arrow_type)
+    if how == "micros":
+        return pc.cast(pc.cast(text, pa.int64()), arrow_type)
+    return pc.cast(text, arrow_type)
