@@ -329,16 +329,32 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
         return lambda df, ck: p.apply(df, checkpoint_location=ck)
 
-    def without_distributions() -> Callable[[Any, str], Any]:
-        """The global policy without its two histograms (to measure what they cost)."""
+    def without(*parts: str) -> Callable[[Any, str], Any]:
+        """The global policy without some of its parts, to measure what they cost:
+        ``distributions`` (its two histograms) and ``watermark read`` (the batch's watermark
+        and time as constants instead of read from the checkpoint: wrong verdicts, a
+        measurement only)."""
         from unittest import mock
 
+        from pyspark.sql import functions as F
+
+        from wmobs.policy._verdicts import BATCH_TIME, WATERMARK
+
+        def constants(_: Any, df: Any) -> Any:
+            nothing = F.lit(None).cast("long")
+            return df.withColumns({WATERMARK: nothing, BATCH_TIME: F.lit(0).cast("long")})
+
+        patches: dict[str, Any] = {}
+        if "distributions" in parts:
+            patches["_distributions"] = lambda _, staged, __: (staged, [])
+        if "watermark read" in parts:
+            patches["_join_batch_times"] = constants
         make = policy()
 
         def apply(df: Any, ck: str) -> Any:
-            with mock.patch(
-                "wmobs.policy._plan._Plan._distributions", lambda _, staged, __: (staged, [])
-            ):
+            from wmobs.policy._plan import _Plan
+
+            with mock.patch.multiple(_Plan, **patches):
                 return make(df, ck)
 
         return apply
@@ -350,7 +366,15 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "global policy": (policy(), "system_timestamp"),
-        "global policy without distributions": (without_distributions(), "system_timestamp"),
+        "global policy without distributions": (without("distributions"), "system_timestamp"),
+        "global policy without the watermark read (diagnostic)": (
+            without("watermark read"),
+            "system_timestamp",
+        ),
+        "global policy without the watermark read or distributions (diagnostic)": (
+            without("watermark read", "distributions"),
+            "system_timestamp",
+        ),
         "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
         "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
         "substreams, 10 keys": (
@@ -423,11 +447,14 @@ LATENCY_VARIANTS = (
 )
 
 
-def bench_latency(runs: int, batches: int = 25, rows_per_batch: int = 1000) -> dict[str, Any]:
+def bench_latency(
+    runs: int, batches: int = 25, rows_per_batch: int = 1000, extra: list[str] | None = None
+) -> dict[str, Any]:
     """Added latency per micro-batch: ``batches`` micro-batches of ``rows_per_batch`` rows (one
     file each), a 10-second windowed count to the ``noop`` sink, alone and behind each policy
     variant, interleaved ``runs`` times. The trigger execution times of every micro-batch but
-    each run's first (which compiles and starts Python workers) make the distributions."""
+    each run's first (which compiles and starts Python workers) make the distributions.
+    ``extra``: more variants of the policy benchmark, after the standard ones."""
 
     from wmobs.testing import local_spark
 
@@ -435,6 +462,7 @@ def bench_latency(runs: int, batches: int = 25, rows_per_batch: int = 1000) -> d
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-latency-"))
     schema = _policy_input(spark, work / "in", batches * rows_per_batch, batches)
     makers = _policy_makers(work)
+    variants = [*LATENCY_VARIANTS, *[v for v in extra or () if v not in LATENCY_VARIANTS]]
 
     def run(name: str) -> list[float]:
         make, column = makers[name]
@@ -449,11 +477,11 @@ def bench_latency(runs: int, batches: int = 25, rows_per_batch: int = 1000) -> d
         return [p["durationMs"]["triggerExecution"] / 1000 for p in data[1:]]
 
     try:
-        for name in LATENCY_VARIANTS:  # warm-up
+        for name in variants:  # warm-up
             run(name)
-        durations: dict[str, list[float]] = {name: [] for name in LATENCY_VARIANTS}
+        durations: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(runs):
-            for name in LATENCY_VARIANTS:
+            for name in variants:
                 durations[name] += run(name)
         return durations
     finally:
@@ -468,10 +496,12 @@ def _percentile(values: list[float], q: float) -> float:
 def report_latency(durations: dict[str, list[float]], plot: Path | None) -> None:
     base = _percentile(durations["baseline"], 50)
     print(f"\nmicro-batch duration, {len(durations['baseline'])} micro-batches of each:")
-    print(f"  {'variant':<32} {'p50':>8} {'p95':>8} {'added p50':>10}")
+    width = max(len(name) for name in durations)
+    print(f"  {'variant':<{width}} {'p50':>8} {'p95':>8} {'added p50':>10}")
     for name, values in durations.items():
         p50, p95 = _percentile(values, 50), _percentile(values, 95)
-        print(f"  {name:<32} {p50 * 1000:6.0f}ms {p95 * 1000:6.0f}ms {(p50 - base) * 1000:+8.0f}ms")
+        added = (p50 - base) * 1000
+        print(f"  {name:<{width}} {p50 * 1000:6.0f}ms {p95 * 1000:6.0f}ms {added:+8.0f}ms")
     if plot is None:
         return
     import matplotlib
@@ -481,6 +511,8 @@ def report_latency(durations: dict[str, list[float]], plot: Path | None) -> None
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for name, values in durations.items():
+        if name not in LATENCY_VARIANTS:  # the plot shows the standard variants
+            continue
         ordered = sorted(v * 1000 for v in values)
         fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
         ax.step(ordered, fractions, where="post", label=name)
@@ -573,7 +605,10 @@ def main() -> None:
     )
     parser.add_argument("--queries", type=int, default=100, help="scrape: active queries")
     parser.add_argument(
-        "--variant", action="append", default=None, help="policy variants to run (repeatable)"
+        "--variant",
+        action="append",
+        default=None,
+        help="policy: the variants to run; latency: variants to add (repeatable)",
     )
     parser.add_argument(
         "--trigger", type=float, default=0.5, help="idle latency: trigger interval, seconds"
@@ -607,7 +642,7 @@ def main() -> None:
                 ratio = result[off]["median_s"] / result[on]["median_s"]
                 print(f"  idle timeout on vs off ({off}): {ratio:.3f}x")
     if args.only in (None, "latency"):
-        report_latency(bench_latency(max(3, args.runs)), args.plot)
+        report_latency(bench_latency(max(3, args.runs), extra=args.variant), args.plot)
     if args.only in (None, "idle"):
         idle = bench_idle_latency(max(3, args.runs), args.trigger)
         print(
