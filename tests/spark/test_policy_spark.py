@@ -484,3 +484,29 @@ def test_distributions_on_a_random_multi_batch_stream(
     )
     assert observed_histograms(progress, policy) == expected
     assert sum(lateness) > 0  # the stream has rows behind others
+
+
+def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:
+    """The bucket index (a tree of comparisons in generated code) against counting the bounds
+    below, on every bound and power of two ±1, 0 and the extremes of a long."""
+    from bisect import bisect_left
+
+    from pyspark.sql import functions as F
+
+    from wmobs.observations import _bucket_index
+
+    edges = {0, 1, -1, 2**63 - 1, -(2**63), -(2**63) + 1}
+    for k in range(63):
+        edges |= {2**k + d for d in (-1, 0, 1)} | {-(2**k) + d for d in (-1, 0, 1)}
+    for bounds in HISTOGRAMS.values():
+        edges |= {round(b * 1e6) + d for b in bounds for d in (-1, 0, 1)}
+    values = sorted(v for v in edges if -(2**63) <= v < 2**63)
+    df = spark.createDataFrame([(v,) for v in values], "x LONG")
+    for name, bounds in HISTOGRAMS.items():
+        micros = [round(b * 1e6) for b in bounds]
+        rows = df.select(
+            "x",
+            _bucket_index(F.col("x"), micros).alias("bucket"),
+        ).collect()
+        wrong = [(r.x, r.bucket) for r in rows if r.bucket != bisect_left(micros, r.x)]
+        assert not wrong, (name, wrong[:5])
