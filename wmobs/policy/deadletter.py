@@ -18,8 +18,12 @@ checkpoint writes the same file again. The stage runs in the same tasks as the p
 ``observe``: the rows counted as ``wmobs_dead_letter_rows_total`` are exactly the rows handed
 to the destination (a task that fails to write fails, and its counts are discarded with it).
 
-Cost: the rows of the query cross into Python (Arrow batches) in this stage; see the README's
-benchmark. Without ``dead_letter`` no Python runs per row and dropped rows are only counted.
+Cost: kept rows stay in the JVM; each dropped row crosses into Python as one JSON string of
+exact text forms of its columns, each kept row as one null (:func:`dead_letter_filter`).
+Columns without such a form (nested, maps, intervals, ``TIMESTAMP_NTZ``), and PySpark before
+4.1, take the plan where every row crosses (:func:`dead_letter_stage`, ``mapInArrow``); see the
+README's benchmark. Without ``dead_letter`` no Python runs per row and dropped rows are only
+counted.
 """
 
 from __future__ import annotations
