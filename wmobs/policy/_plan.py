@@ -88,8 +88,6 @@ class _Plan:
         """See :func:`build`."""
         from pyspark.sql import functions as F
 
-        from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage
-
         columns = df.columns
         idle = self.tolerances.idle_timeout_us is not None
         if self.policy.substream_by is None:
@@ -105,30 +103,10 @@ class _Plan:
             *self._counts(staged, sink is not None, idle),
             *distributions,
         )
-        keep = None
-        if sink is not None:  # kept rows stay in the JVM where every column has a text form
-            conf = df.sparkSession.conf
-            keep = dead_letter_filter(
-                sink,
-                df.select(*[F.col(f"`{c}`") for c in columns]).schema,
-                VERDICT,
-                DROPPED_BITS,
-                DROP_POLICIES,
-                timezone=conf.get("spark.sql.session.timeZone") or "UTC",
-                large_types=(conf.get("spark.sql.execution.arrow.useLargeVarTypes") or "")
-                .strip()
-                .lower()
-                == "true",
-            )
         if sink is None:
             kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
-        elif keep is not None:
-            kept = observed.filter(keep)
-        else:  # every row crosses into Python; only what the stage and the output need
-            passed = [*columns, TS, VERDICT, *([IDLE] if idle else [])]
-            observed = observed.select(*[F.col(f"`{c}`") for c in passed])
-            stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
-            kept = observed.mapInArrow(stage, observed.schema)
+        else:
+            kept = self._dead_letters(observed, sink, columns, idle)
         out = kept.select(
             *[F.col(f"`{c}`") for c in columns],
             F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
@@ -140,6 +118,36 @@ class _Plan:
         # system_timestamp so the optimizer cannot push it below withWatermark.
         real = (F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
         return out.filter(real).drop(IDLE)
+
+    def _dead_letters(
+        self, observed: DataFrame, sink: DeadLetter, columns: list[str], idle: bool
+    ) -> DataFrame:
+        """The kept rows of ``observed``; the dropped ones handed to ``sink`` in the same tasks.
+        Kept rows stay in the JVM where every input column has an exact text form
+        (:func:`~wmobs.policy.deadletter.dead_letter_filter`); otherwise every row crosses into
+        Python (:func:`~wmobs.policy.deadletter.dead_letter_stage`)."""
+        from pyspark.sql import functions as F
+
+        from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage
+
+        keep = dead_letter_filter(
+            sink,
+            observed.select(*[F.col(f"`{c}`") for c in columns]).schema,
+            VERDICT,
+            DROPPED_BITS,
+            DROP_POLICIES,
+            timezone=_session_conf(observed, "spark.sql.session.timeZone") or "UTC",
+            large_types=(
+                _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
+            ).lower()
+            == "true",
+        )
+        if keep is not None:
+            return observed.filter(keep)
+        passed = [*columns, TS, VERDICT, *([IDLE] if idle else [])]  # only what is needed
+        observed = observed.select(*[F.col(f"`{c}`") for c in passed])
+        stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
+        return observed.mapInArrow(stage, observed.schema)
 
     # ---- the arrival policies --------------------------------------------------------------------
 
@@ -371,10 +379,9 @@ class _Plan:
         # Synthetic rows move the input's clock (its watermark), but are no events.
         kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
         real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
-        if ARRIVAL in staged.columns:  # the event time, without parsing it again
-            event = F.col(ARRIVAL) - F.col(DELAY)
-        else:
-            event = self._event_micros(staged)
+        event = self._event_micros(staged)
+        if ARRIVAL in staged.columns:  # the event time, parsed again only without an arrival
+            event = F.coalesce(F.col(ARRIVAL) - F.col(DELAY), event)
         tolerance = F.lit(self.tolerances.out_of_order_us)
         counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
         counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
@@ -419,6 +426,16 @@ def _placeholder(data_type: DataType) -> Column:
     if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType, T.BinaryType)):
         return F.lit(0).cast(data_type)
     return F.lit(None).cast(data_type)
+
+
+def _session_conf(df: DataFrame, key: str) -> str | None:
+    """The session's value of a SQL conf, its default if unset (a default passed to
+    ``conf.get`` would replace Spark's); None if this Spark has no such conf."""
+    try:
+        value = df.sparkSession.conf.get(key)
+    except Exception:  # unknown to this version of Spark
+        return None
+    return value
 
 
 def _replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:
