@@ -206,10 +206,10 @@ def dead_letter_filter(
     casts them to text, which round-trips; binary as base64; dates and timestamps as days and
     microseconds since the epoch), and every kept row as a single null. (One string, because
     Spark's Arrow writer pays for every field of a null array or struct: an array of text
-    forms measured slower than passing every row whole.) An
-    Arrow-iterator UDF, evaluated in the same task as the policy's ``observe``, decodes the
-    dropped rows into the Arrow types ``mapInArrow`` would have given them (``timezone``,
-    ``large_types``: the session's) and hands them over once the task's input is exhausted."""
+    forms measured slower than passing every row whole.) An Arrow-iterator UDF, evaluated in
+    the same task as the policy's ``observe``, decodes the dropped rows into the Arrow types
+    ``mapInArrow`` would have given them (``timezone``, ``large_types``: the session's) and
+    hands them over once the task's input is exhausted."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_type
