@@ -50,7 +50,7 @@ from wmobs.policy._verdicts import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
     from wmobs.policy._time_policy import TimePolicy
     from wmobs.policy.deadletter import DeadLetter
@@ -106,7 +106,7 @@ class _Plan:
         if sink is None:
             kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
         else:
-            kept = self._dead_letters(observed, sink, columns, idle)
+            kept = self._dead_letters(observed, sink, df.schema, idle)
         out = kept.select(
             *[F.col(f"`{c}`") for c in columns],
             F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
@@ -120,9 +120,10 @@ class _Plan:
         return out.filter(real).drop(IDLE)
 
     def _dead_letters(
-        self, observed: DataFrame, sink: DeadLetter, columns: list[str], idle: bool
+        self, observed: DataFrame, sink: DeadLetter, schema: StructType, idle: bool
     ) -> DataFrame:
-        """The kept rows of ``observed``; the dropped ones handed to ``sink`` in the same tasks.
+        """The kept rows of ``observed``; the dropped ones, with the input columns of ``schema``,
+        handed to ``sink`` in the same tasks.
         Kept rows stay in the JVM where every input column has an exact text form
         (:func:`~wmobs.policy.deadletter.dead_letter_filter`); otherwise every row crosses into
         Python (:func:`~wmobs.policy.deadletter.dead_letter_stage`)."""
@@ -132,7 +133,7 @@ class _Plan:
 
         keep = dead_letter_filter(
             sink,
-            observed.select(*[F.col(f"`{c}`") for c in columns]).schema,
+            schema,
             VERDICT,
             DROPPED_BITS,
             DROP_POLICIES,
@@ -144,6 +145,7 @@ class _Plan:
         )
         if keep is not None:
             return observed.filter(keep)
+        columns = schema.names
         passed = [*columns, TS, VERDICT, *([IDLE] if idle else [])]  # only what is needed
         observed = observed.select(*[F.col(f"`{c}`") for c in passed])
         stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
