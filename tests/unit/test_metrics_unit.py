@@ -306,3 +306,41 @@ def test_progress_json_roundtrips_through_pyspark_fromjson() -> None:
     assert event.progress.name == "q"
     assert event.progress.observedMetrics["wmobs"]["dead_letter_rows"] == 3
     assert event.progress.eventTime["watermark"] == iso(NOW - 1)
+
+
+def test_a_joint_histogram_column_counts_like_one_column_per_histogram() -> None:
+    """``hist:arrival_delay*lateness:buckets`` (one aggregate for both histograms) decodes to
+    the counts the two columns give, rows without a value in one of them included."""
+    from collections import Counter
+
+    from wmobs.observations import HISTOGRAMS
+
+    sizes = {h: len(bounds) + 1 for h, bounds in HISTOGRAMS.items()}
+    # (delay bucket, lateness bucket), None where the row has no value in that histogram
+    rows = [(0, 0), (3, 0), (3, 0), (23, 17), (5, None), (None, 2), (sizes["arrival_delay"] - 1, 1)]
+    absent = {"arrival_delay": sizes["arrival_delay"], "lateness": sizes["lateness"]}
+    joint = Counter(
+        (absent["arrival_delay"] if d is None else d) * (sizes["lateness"] + 1)
+        + (absent["lateness"] if late is None else late)
+        for d, late in rows
+    )
+    separate = {
+        h: Counter(row[i] for row in rows if row[i] is not None)
+        for i, h in enumerate(("arrival_delay", "lateness"))
+    }
+
+    def points(counts: Counter[int]) -> list[dict[str, float]]:
+        return [{"x": float(x), "y": float(n)} for x, n in counts.items()]
+
+    one = parse_observed_metrics(
+        {"wmobs.policy.p": {"hist:arrival_delay*lateness:buckets": points(joint)}}
+    )
+    two = parse_observed_metrics(
+        {"wmobs.policy.p": {f"hist:{h}:buckets": points(c) for h, c in separate.items()}}
+    )
+    assert one.histograms == two.histograms
+    assert one.histograms[("p", "lateness")].count == 6
+    assert one.histograms[("p", "arrival_delay")].buckets[3] == 2
+    assert not one.unknown_columns
+    unknown = parse_observed_metrics({"wmobs": {"hist:arrival_delay*nope:buckets": []}})
+    assert unknown.unknown_columns == ["wmobs.hist:arrival_delay*nope:buckets"]

@@ -17,8 +17,9 @@ from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
-    histogram_counts,
     histogram_index,
+    joint_histogram_counts,
+    joint_histogram_index,
     policy_column,
 )
 from wmobs.policy._durations import Tolerances
@@ -27,6 +28,7 @@ from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
+    BUCKETS,
     DELAY,
     DELAY_BUCKET,
     DROP_POLICIES,
@@ -390,22 +392,23 @@ class _Plan:
         return counts
 
     def _distributions(self, staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
-        """``staged`` with the bucket of each row's arrival delay and lateness (computed in
-        generated code, before ``observe``), and the aggregates that count them."""
+        """``staged`` with the joint bucket of each row's arrival delay and lateness (computed
+        in generated code, before ``observe``), and the aggregates that count them."""
         from pyspark.sql import functions as F
 
         real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
         delay, lateness = F.col(DELAY), F.col(LATENESS)
+        histograms = ("arrival_delay", "lateness")
         staged = staged.withColumns(
             {
                 DELAY_BUCKET: histogram_index("arrival_delay", delay, real),
                 LATENESS_BUCKET: histogram_index("lateness", lateness, real),
             }
+        ).withColumn(
+            BUCKETS,
+            joint_histogram_index(histograms, [F.col(DELAY_BUCKET), F.col(LATENESS_BUCKET)]),
         )
-        return staged, [
-            *histogram_counts("arrival_delay", delay, real, index=DELAY_BUCKET),
-            *histogram_counts("lateness", lateness, real, index=LATENESS_BUCKET),
-        ]
+        return staged, joint_histogram_counts(histograms, [delay, lateness], real, index=BUCKETS)
 
 
 # ---- helpers -------------------------------------------------------------------------------

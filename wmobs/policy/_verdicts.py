@@ -54,7 +54,9 @@ LATENESS = "wmobs__lateness_us"
 DELAY_BUCKET = "wmobs__delay_bucket"
 LATENESS_BUCKET = "wmobs__lateness_bucket"
 """The histogram bucket of DELAY and LATENESS, computed before ``observe`` counts them."""
+BUCKETS = "wmobs__buckets"
+"""Both buckets in one index (:func:`wmobs.observations.joint_histogram_index`)."""
 INTERNAL = (
     TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS, DELAY_BUCKET,
-    LATENESS_BUCKET,
+    LATENESS_BUCKET, BUCKETS,
 )  # fmt: skip
