@@ -19,7 +19,9 @@
    each) to a windowed count, alone and behind the global policy, the global policy with dead
    letters and substreams; p50 and p95 side by side, and with ``--plot FILE.png`` their
    distributions.
-5. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
+5. ``breakdown`` (only when asked for): where a micro-batch's time goes, policy variant by
+   variant: its phases, the wall time of each Spark stage, task CPU and deserialization.
+6. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
    idle timeout (``--trigger`` sets the trigger interval).
 
 Speed is never asserted in tests; this script reports it.
@@ -439,6 +441,126 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _spark_time(text: str) -> float:
+    """A time of Spark's status REST API (``2026-11-23T19:46:53.024GMT``) in seconds."""
+    return (
+        datetime.strptime(text.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f")
+        .replace(tzinfo=timezone.utc)
+        .timestamp()
+    )
+
+
+BREAKDOWN_PARTS = (
+    "micro-batch",
+    "queryPlanning",
+    "addBatch",
+    "watermark read job",
+    "map stage",
+    "reduce stage",
+    "outside stages",
+    "map task CPU",
+    "map task deserialization",
+)
+
+
+def bench_breakdown(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
+    """Where each micro-batch's time goes, per variant of the policy benchmark: the query's
+    own phases (``durationMs``) and, from Spark's status REST API, the wall time of each
+    stage (the one-task job without input is the watermark read), its tasks' CPU and
+    deserialization, and the driver's time outside any stage. Medians over every micro-batch
+    of ``runs`` runs after a warm-up, each run's first micro-batch left out (ms)."""
+    import re
+    from urllib.request import urlopen
+
+    from wmobs.testing import local_spark
+
+    retained = str(100_000)
+    spark = local_spark(
+        "wmobs-bench-breakdown",
+        conf={
+            "spark.ui.enabled": "true",
+            "spark.ui.port": "0",
+            "spark.ui.retainedJobs": retained,
+            "spark.ui.retainedStages": retained,
+        },
+    )
+    api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+
+    def get(path: str) -> Any:
+        with urlopen(f"{api}/{path}") as response:
+            return json.load(response)
+
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-breakdown-"))
+    files = 40
+    schema = _policy_input(spark, work / "in", rows, files)
+    makers = _policy_makers(work)
+    names = [n for n in makers if not only or n == "baseline" or n in only]
+    seen: set[int] = set()
+
+    def run(name: str) -> list[dict[str, float]]:
+        checkpoint = str(work / "ckpt")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.rmtree(work / "dead", ignore_errors=True)
+        make, column = makers[name]
+        reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
+        stream = make(reader.parquet(str(work / "in")), checkpoint)
+        query = _windowed_count(stream, column, checkpoint)
+        stages = {s["stageId"]: s for s in get("stages?status=complete")}
+        batches: dict[int, dict[str, float]] = {}
+        for job in get("jobs"):
+            if job["jobId"] in seen:
+                continue
+            seen.add(job["jobId"])
+            found = re.search(r"batch = (\d+)", job.get("description") or "")
+            if found is None or str(query.runId) not in (job.get("description") or ""):
+                continue
+            parts = batches.setdefault(int(found.group(1)), dict.fromkeys(BREAKDOWN_PARTS, 0.0))
+            for stage in (stages[i] for i in job["stageIds"] if i in stages):
+                wall = _spark_time(stage["completionTime"]) - _spark_time(stage["submissionTime"])
+                if stage["inputBytes"] > 0:
+                    part = "map stage"
+                    parts["map task CPU"] += stage["executorCpuTime"] / 1e6
+                    parts["map task deserialization"] += stage["executorDeserializeTime"]
+                elif stage["shuffleReadBytes"] > 0:
+                    part = "reduce stage"
+                else:
+                    part = "watermark read job"
+                parts[part] += wall * 1000
+        for progress in query.recentProgress:
+            parts = batches.get(progress["batchId"])
+            if parts is not None:
+                took = progress["durationMs"]
+                parts["micro-batch"] = took["triggerExecution"]
+                parts["queryPlanning"] = took.get("queryPlanning", 0)
+                parts["addBatch"] = took.get("addBatch", 0)
+                stages_ms = sum(parts[p] for p in BREAKDOWN_PARTS[3:6])
+                parts["outside stages"] = parts["micro-batch"] - stages_ms
+        return [parts for batch, parts in sorted(batches.items()) if batch > 0]
+
+    try:
+        for name in names:  # warm-up
+            run(name)
+        measured: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+        for _ in range(runs):
+            for name in names:
+                measured[name].extend(run(name))
+        return {
+            name: {part: statistics.median(b[part] for b in batches) for part in BREAKDOWN_PARTS}
+            for name, batches in measured.items()
+        }
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report_breakdown(result: dict[str, dict[str, float]]) -> None:
+    names = list(result)
+    print("\nper micro-batch, median (ms):")
+    print("  " + " | ".join(["part", *names]))
+    for part in BREAKDOWN_PARTS:
+        print("  " + " | ".join([part, *[f"{result[n][part]:.0f}" for n in names]]))
+
+
 LATENCY_VARIANTS = (
     "baseline",
     "global policy",
@@ -597,7 +719,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument(
         "--only",
-        choices=["listener", "event", "scrape", "policy", "latency", "idle"],
+        choices=["listener", "event", "scrape", "policy", "breakdown", "latency", "idle"],
         default=None,
     )
     parser.add_argument(
@@ -608,7 +730,7 @@ def main() -> None:
         "--variant",
         action="append",
         default=None,
-        help="policy: the variants to run; latency: variants to add (repeatable)",
+        help="policy, breakdown: the variants to run; latency: variants to add (repeatable)",
     )
     parser.add_argument(
         "--trigger", type=float, default=0.5, help="idle latency: trigger interval, seconds"
@@ -641,6 +763,8 @@ def main() -> None:
             if on in result and off in result:
                 ratio = result[off]["median_s"] / result[on]["median_s"]
                 print(f"  idle timeout on vs off ({off}): {ratio:.3f}x")
+    if args.only == "breakdown":  # a diagnosis, not part of the full run
+        report_breakdown(bench_breakdown(args.rows, max(3, args.runs), args.variant))
     if args.only in (None, "latency"):
         report_latency(bench_latency(max(3, args.runs), extra=args.variant), args.plot)
     if args.only in (None, "idle"):

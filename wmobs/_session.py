@@ -12,16 +12,19 @@ from typing import Any
 __all__ = ["local_spark"]
 
 
-def local_spark(app_name: str = "wmobs", master: str = "local[2]") -> Any:
+def local_spark(
+    app_name: str = "wmobs", master: str = "local[2]", conf: dict[str, str] | None = None
+) -> Any:
     """A ``local[2]`` session bound to 127.0.0.1, with Python workers on this interpreter,
-    no UI, no console progress bars, JVM logs at ERROR and two shuffle partitions."""
+    no UI, no console progress bars, JVM logs at ERROR and two shuffle partitions; ``conf``
+    adds or overrides Spark settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     log4j = Path(__file__).with_name("_log4j2.properties").as_uri()
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -33,7 +36,9 @@ def local_spark(app_name: str = "wmobs", master: str = "local[2]") -> Any:
         # Python workers over Unix domain sockets (Spark >= 4.1): each Python task, such as the
         # global policy's per-batch watermark read, costs tens of ms less than over TCP.
         .config("spark.python.unix.domain.socket.enabled", str(hasattr(socket, "AF_UNIX")).lower())
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
