@@ -443,11 +443,9 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
 
 def _spark_time(text: str) -> float:
     """A time of Spark's status REST API (``2026-11-23T19:46:53.024GMT``) in seconds."""
-    return (
-        datetime.strptime(text.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f")
-        .replace(tzinfo=timezone.utc)
-        .timestamp()
-    )
+    seconds = parse_timestamp(text.removesuffix("GMT") + "Z")
+    assert seconds is not None, text
+    return seconds
 
 
 BREAKDOWN_PARTS = (

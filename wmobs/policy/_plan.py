@@ -382,7 +382,7 @@ class _Plan:
             counts.append(F.sum(firings).alias(IDLE_TIMEOUT_COLUMN))
         # Synthetic rows move the input's clock (its watermark), but are no events.
         kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
-        real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
+        real = _real_rows(idle)
         event = self._event_micros(staged)
         if ARRIVAL in staged.columns:  # the event time, parsed again only without an arrival
             event = F.coalesce(F.col(ARRIVAL) - F.col(DELAY), event)
@@ -396,7 +396,7 @@ class _Plan:
         in generated code, before ``observe``), and the aggregates that count them."""
         from pyspark.sql import functions as F
 
-        real = F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
+        real = _real_rows(idle)
         delay, lateness = F.col(DELAY), F.col(LATENESS)
         histograms = ("arrival_delay", "lateness")
         staged = staged.withColumns(
@@ -431,6 +431,13 @@ def _placeholder(data_type: DataType) -> Column:
     if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType, T.BinaryType)):
         return F.lit(0).cast(data_type)
     return F.lit(None).cast(data_type)
+
+
+def _real_rows(idle: bool) -> Column:
+    """True for the rows of the input, false for the idle timeout's synthetic rows."""
+    from pyspark.sql import functions as F
+
+    return F.col(IDLE) == F.lit(REAL) if idle else F.lit(True)
 
 
 def _session_conf(df: DataFrame, key: str) -> str | None:
