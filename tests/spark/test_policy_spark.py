@@ -326,10 +326,13 @@ def test_adjusted_rows_survive_a_downstream_window_aggregation(spark: Any, tmp_p
 
 
 def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> None:
-    """arrival_time=None, early disabled or adjusted, a function as dead-letter destination."""
+    """arrival_time=None, early disabled or adjusted, a function as dead-letter destination;
+    the first policy without its distributions (the verdicts and counts do not change)."""
     now = time.time()
+    # Tolerances of minutes: the micro-batch's time (the arrival time here) is whenever
+    # Spark runs it, seconds after `now` on a slow machine.
     rows = [
-        {"id": 1, "EventTime": iso(now - 600)},  # late by 10 min: adjusted to batch - 5 s
+        {"id": 1, "EventTime": iso(now - 1200)},  # late by 20 min: adjusted to batch - 5 min
         {"id": 2, "EventTime": iso(now + 3600)},  # an hour early
         {"id": 3, "EventTime": None},  # invalid
         {"id": 4, "EventTime": iso(now - 1)},  # on time
@@ -342,18 +345,24 @@ def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> No
             arrival_time=None,
             early_arrival=None if early is None else "5 minutes",
             early_arrival_action=early or "drop",
+            late_arrival="5 minutes",
+            distributions=early is not None,
         )
         sink = tmp_path / f"dead-{label}"
         kept, counts, progress = _run_with_function_sink(spark, policy, tmp_path, label, sink)
         got[label] = kept
+        observed = progress[0]["observedMetrics"][policy.observation_name].asDict()
+        histograms = sorted(c for c in observed if c.startswith("hist:"))
+        assert len(histograms) == (3 if policy.distributions else 0), histograms
+        assert observed["input_watermark_us"] is not None
         batch_time = parse_timestamp(progress[0]["timestamp"])
-        assert kept[1] == pytest.approx(batch_time - 5, abs=1)
+        assert kept[1] == pytest.approx(batch_time - 300, abs=1)
         assert kept[4] == int(now - 1) and 3 not in kept
         assert counts[("late_arrival", "adjusted")] == 1
         assert counts[("invalid_time", "dropped")] == 1
         seen += sorted(int(p.name.split("-")[1]) for p in sink.glob("dead-*"))
     assert got["disabled"][2] == int(now + 3600)  # no early policy: passes as is
-    assert got["adjust"][2] == pytest.approx(got["adjust"][1] + 5, abs=1)  # batch time
+    assert got["adjust"][2] == pytest.approx(got["adjust"][1] + 300, abs=1)  # batch time
     assert seen == [3, 3]  # the invalid row reached each function destination
 
 

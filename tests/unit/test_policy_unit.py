@@ -31,6 +31,7 @@ def test_defaults_are_azure_stream_analytics() -> None:
         ({"substream_by": []}, ValueError, "substream_by: empty"),
         ({"event_time": ""}, TypeError, "event_time"),
         ({"name": "has space"}, ValueError, "name: use letters"),
+        ({"distributions": "no"}, TypeError, "distributions: expected True or False"),
     ],
 )
 def test_invalid_arguments(kwargs: dict[str, object], error: type, match: str) -> None:

@@ -99,7 +99,9 @@ class _Plan:
                 staged = staged.unionByName(self._heartbeat(staged, self.checkpoint))
         else:
             staged = self._substream_out_of_order(df)
-        staged, distributions = self._distributions(staged, idle)
+        distributions: list[Column] = []
+        if self.policy.distributions:
+            staged, distributions = self._distributions(staged, idle)
         observed = staged.observe(
             self.policy.observation_name,
             *self._counts(staged, sink is not None, idle),

@@ -131,6 +131,11 @@ class TimePolicy:
     idle_check_interval: str | timedelta | None = None
     """How often the idle timeout looks (default: a quarter of ``idle_timeout``, within
     100 ms..5 s). Windows close at most this much later than the rule says."""
+    distributions: bool = True
+    """Count the arrival-delay and lateness distributions (``wmobs_event_arrival_delay_seconds``,
+    ``wmobs_event_lateness_seconds``) that ``wmobs advise`` reads. ``False`` leaves them out of
+    the plan: the counts, the per-input watermark and every verdict stay the same, and the
+    query runs faster (README "Performance": ~0.1x of throughput, ~20 ms per micro-batch)."""
     tolerances: Tolerances = field(init=False, repr=False, compare=False)
     """The durations above, resolved to microseconds."""
 
@@ -157,6 +162,8 @@ class TimePolicy:
                 raise TypeError("substream_by: expected a list of column names, e.g. ['deviceId']")
             if not self.substream_by:
                 raise ValueError("substream_by: empty; use None for one global watermark")
+        if not isinstance(self.distributions, bool):
+            raise TypeError(f"distributions: expected True or False, got {self.distributions!r}")
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
             raise ValueError(f"name: use letters, digits, '_', '.' or '-', got {self.name!r}")
         object.__setattr__(self, "tolerances", tolerances)
