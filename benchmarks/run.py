@@ -12,8 +12,9 @@
    ``/metrics`` with ``--queries`` active queries (default 100), wmobs' endpoint over HTTP
    against OpenTelemetry's Prometheus exporter on the same samples.
 3. ``policy``: the same aggregation (append mode, ``processAllAvailable``) alone and behind a
-   ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
-   10,000 keys (Spark's default state store). Throughput is that of the running query (first
+   ``TimePolicy``: global (with wmobs' JAR, which ``local_spark`` loads, and without it),
+   global with a dead-letter directory, and substreams over 10 and 10,000 keys (Spark's
+   default state store). Throughput is that of the running query (first
    micro-batch's start to last one's end); query start-up is reported apart.
 4. ``latency``: the time each micro-batch takes, 25 micro-batches of 1,000 rows (one file
    each) to a windowed count, alone and behind the global policy, the global policy with dead
@@ -361,6 +362,20 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
+    def without_jar() -> Callable[[Any, str], Any]:
+        """The global policy as in a session without wmobs' JAR: the Python data source."""
+        from unittest import mock
+
+        from wmobs.policy import _jvm
+
+        make = policy()
+
+        def apply(df: Any, ck: str) -> Any:
+            with mock.patch.object(_jvm, "batch_time_functions", lambda *_: None):
+                return make(df, ck)
+
+        return apply
+
     def with_dead_letters() -> Callable[[Any, str], Any]:
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
         return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
@@ -368,6 +383,7 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "global policy": (policy(), "system_timestamp"),
+        "global policy without the JAR (Python source)": (without_jar(), "system_timestamp"),
         "global policy without distributions": (without("distributions"), "system_timestamp"),
         "global policy without the watermark read (diagnostic)": (
             without("watermark read"),

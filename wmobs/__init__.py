@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from wmobs._version import __version__
 from wmobs.listener import BatchSummary, Monitor, OperatorSnapshot, QuerySnapshot, attach
-from wmobs.policy import DeadLetter, Storage, StorageError, TimePolicy
+from wmobs.policy import DeadLetter, JarBuildError, Storage, StorageError, TimePolicy, jar
 
 __all__ = [
     "BatchSummary",
     "DeadLetter",
+    "JarBuildError",
     "Monitor",
     "OperatorSnapshot",
     "QuerySnapshot",
@@ -25,4 +26,5 @@ __all__ = [
     "TimePolicy",
     "__version__",
     "attach",
+    "jar",
 ]

@@ -16,8 +16,9 @@ def local_spark(
     app_name: str = "wmobs", master: str = "local[2]", conf: dict[str, str] | None = None
 ) -> Any:
     """A ``local[2]`` session bound to 127.0.0.1, with Python workers on this interpreter,
-    no UI, no console progress bars, JVM logs at ERROR and two shuffle partitions; ``conf``
-    adds or overrides Spark settings."""
+    no UI, no console progress bars, JVM logs at ERROR, two shuffle partitions and wmobs' JAR
+    (when it can be built here: :func:`wmobs.jar`); ``conf`` adds or overrides Spark
+    settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -37,7 +38,15 @@ def local_spark(
         # global policy's per-batch watermark read, costs tens of ms less than over TCP.
         .config("spark.python.unix.domain.socket.enabled", str(hasattr(socket, "AF_UNIX")).lower())
     )
-    for key, value in (conf or {}).items():
+    settings = dict(conf or {})
+    try:
+        from wmobs.policy._jvm import JarBuildError, jar
+
+        jars = [settings["spark.jars"]] if settings.get("spark.jars") else []
+        settings["spark.jars"] = ",".join([*jars, str(jar())])
+    except JarBuildError:  # no JDK here: the time policies use their Python fallback
+        pass
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

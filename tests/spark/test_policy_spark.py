@@ -3,11 +3,13 @@ the exported counts."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -18,6 +20,7 @@ from tests.unit._reference import lateness_reference
 from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
 from wmobs.observations import HISTOGRAMS, parse_observed_metrics
+from wmobs.policy import _jvm
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
@@ -183,7 +186,10 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
     return {i: epoch(t) for i, t in expected.items() if t is not None}
 
 
-def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("read", ["jvm", "python"])
+def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, read: str) -> None:
+    """Both ways of reading the batch's times: wmobs' JAR (loaded by the test session) and
+    the Python data source it falls back to."""
     for row in worked_rows():
         write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
     policy = TimePolicy(
@@ -193,7 +199,11 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path) -
         late_arrival="5 minutes",
         out_of_order="2 minutes",
     )
-    kept, counts, progress = run_policy(spark, policy, tmp_path / "in", tmp_path, "worked_global")
+    fallback = mock.patch.object(_jvm, "batch_time_functions", lambda *_: None)
+    with fallback if read == "python" else contextlib.nullcontext():
+        kept, counts, progress = run_policy(
+            spark, policy, tmp_path / "in", tmp_path, f"worked_global_{read}"
+        )
     assert len([p for p in progress if p["numInputRows"]]) == 12  # one event per micro-batch
     # This input's watermark (largest system timestamp 12:23 - 2 min) and largest event time.
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
@@ -264,8 +274,42 @@ def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_
         assert later >= 6  # one file per micro-batch
         assert compilations(spark) - compiled < later
         assert spark.sql("SELECT count(*) FROM compiled_once").first()[0] == 8
+        # With wmobs' JAR the batch's times are read in the tasks: no job, broadcast or join.
+        plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+        assert "wmobs_batch_watermark_" in plan
+        assert "BroadcastNestedLoopJoin" not in plan and "BatchScan" not in plan
     finally:
         query.stop()
+
+
+@pytest.mark.parametrize("read", ["jvm", "python"])
+def test_another_querys_checkpoint_fails_the_query(spark: Any, tmp_path: Path, read: str) -> None:
+    """A checkpoint_location that is not the running query's: the first micro-batch fails,
+    naming both queries, rather than judging rows against another query's watermark."""
+    write_rows(tmp_path / "in", "rows", [{"id": 1, "EventTime": iso(time.time())}])
+    stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").json(str(tmp_path / "in"))
+
+    def run(checkpoint: Path, policy_checkpoint: Path) -> Any:
+        out = TimePolicy(arrival_time=None).apply(
+            stream, checkpoint_location=str(policy_checkpoint)
+        )
+        query = (
+            out.writeStream.format("noop")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        with contextlib.suppress(Exception):
+            query.awaitTermination()
+        return query
+
+    fallback = mock.patch.object(_jvm, "batch_time_functions", lambda *_: None)
+    with fallback if read == "python" else contextlib.nullcontext():
+        first = run(tmp_path / "first", tmp_path / "first")
+        assert first.exception() is None
+        second = run(tmp_path / "second", tmp_path / "first")
+    error = str(second.exception())
+    assert f"is the checkpoint of query {first.id}, not of {second.id}" in error, error
 
 
 def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path) -> None:

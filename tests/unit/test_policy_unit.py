@@ -1,8 +1,10 @@
-"""TimePolicy's argument checks that need no DataFrame (no JVM)."""
+"""TimePolicy's argument checks that need no DataFrame, and the build of wmobs' JAR (javac;
+no Spark session)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,22 @@ def test_dead_letter_destinations() -> None:
         DeadLetter()
     with pytest.raises(TypeError, match="dead_letter: expected"):
         DeadLetter.of(42)  # type: ignore[arg-type]
+
+
+def test_the_jar_is_built_from_its_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wmobs.jar()`` compiles the JVM functions with the JDK here, into a fresh place."""
+    import zipfile
+
+    import wmobs
+    from wmobs.policy import _jvm
+
+    monkeypatch.setattr(_jvm, "_target", lambda: tmp_path / "built" / _jvm.JAR_NAME)
+    built = wmobs.jar()
+    assert built == tmp_path / "built" / _jvm.JAR_NAME
+    with zipfile.ZipFile(built) as archive:
+        assert "io/wmobs/spark/BatchTimes.class" in archive.namelist()
+    assert wmobs.jar().stat().st_mtime == built.stat().st_mtime  # up to date: not rebuilt
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    built.unlink()
+    with pytest.raises(wmobs.JarBuildError, match="needs a JDK"):
+        wmobs.jar()

@@ -214,13 +214,22 @@ class _Plan:
         return _replace(df, {TS: system, VERDICT: verdict, DELAY: arrival - ts})
 
     def _join_batch_times(self, df: DataFrame) -> DataFrame:
-        """The micro-batch's watermark and timestamp on every row, read once per batch from
-        the checkpoint (:mod:`wmobs.policy._watermark_source`)."""
+        """The micro-batch's watermark and timestamp on every row, read from the checkpoint:
+        by wmobs' JVM functions in every task where the session has loaded its JAR
+        (:mod:`wmobs.policy._jvm`), else once per batch by a Python data source, broadcast
+        (:mod:`wmobs.policy._watermark_source`)."""
         from pyspark.sql import functions as F
 
+        from wmobs.policy._jvm import batch_time_functions
         from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
 
         spark = df.sparkSession
+        functions = batch_time_functions(spark, self.checkpoint or "")
+        if functions is not None:
+            watermark, timestamp = functions
+            return df.withColumns(
+                {WATERMARK: F.call_function(watermark), BATCH_TIME: F.call_function(timestamp)}
+            )
         spark.dataSource.register(WatermarkSource)
         source = (
             spark.read.format(SOURCE_NAME)

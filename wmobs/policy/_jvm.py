@@ -1,0 +1,145 @@
+"""wmobs' JVM part: the micro-batch's watermark and timestamp as SQL functions evaluated in
+the tasks (``wmobs/_jvm/src/io/wmobs/spark/BatchTimes.java``).
+
+Without it, the global time policy reads them with a one-row Python data source broadcast
+into the plan (:mod:`wmobs.policy._watermark_source`): a Spark job of its own in every
+micro-batch, ~40 ms of it (README "Performance"). With the JAR on the session's classpath
+(``spark.jars``), every task reads ``offsets/<batchId>`` itself, once per executor and
+micro-batch, with the session's Hadoop configuration. The plan has no job, no broadcast, no
+join for it. The Python source remains the fallback wherever the JAR is not loaded: Spark
+Connect, or a session started without it.
+
+:func:`jar` builds the JAR with the JDK's ``javac`` against the installed PySpark's jars (a few
+seconds, once, and again only when the source changes).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JAR_NAME", "JarBuildError", "batch_time_functions", "jar"]
+
+JAR_NAME = "wmobs-spark.jar"
+_CLASS = "io.wmobs.spark.BatchTimes"
+_HOME = Path(__file__).resolve().parent.parent / "_jvm"
+_SOURCES = _HOME / "src"
+
+
+class JarBuildError(RuntimeError):
+    """The JAR cannot be built here (no JDK, no PySpark jars, or javac failed)."""
+
+
+def _sources() -> list[Path]:
+    return sorted(_SOURCES.rglob("*.java"))
+
+
+def _spark_jars() -> Path:
+    import pyspark
+
+    for candidate in (
+        Path(pyspark.__file__).resolve().parent / "jars",
+        Path(os.environ.get("SPARK_HOME", "/nonexistent")) / "jars",
+    ):
+        if any(candidate.glob("spark-sql_*.jar")):
+            return candidate
+    raise JarBuildError("wmobs: no Spark jars to compile against (PySpark's jars/ or SPARK_HOME)")
+
+
+def _javac() -> tuple[str, str]:
+    home = os.environ.get("JAVA_HOME")
+    javac = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
+    if not javac or not Path(javac).exists():
+        raise JarBuildError("wmobs: building the JAR needs a JDK (javac, Java >= 17)")
+    return javac, str(Path(javac).with_name("jar"))
+
+
+def _target() -> Path:
+    """Beside the source when the package directory is writable, else the user's cache."""
+    if os.access(_HOME, os.W_OK):
+        return _HOME / JAR_NAME
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wmobs"
+    return cache / JAR_NAME
+
+
+def jar() -> Path:
+    """The path of wmobs' JAR, built first if it is missing or older than its source.
+
+    Put it on the classpath of the driver and the executors when the session starts::
+
+        SparkSession.builder.config("spark.jars", str(wmobs.jar()))
+
+    or ``spark-submit --jars "$(wmobs jar)"``. :class:`JarBuildError` when it cannot be built
+    (no JDK here: build it where there is one, with ``wmobs jar``, and ship the file)."""
+    target = _target()
+    sources = _sources()
+    if target.exists() and all(s.stat().st_mtime <= target.stat().st_mtime for s in sources):
+        return target
+    javac, jar_tool = _javac()
+    classpath = str(_spark_jars() / "*")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wmobs-jar-") as work:
+        classes = Path(work) / "classes"
+        built = Path(work) / JAR_NAME
+        steps = [
+            [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(classes)]
+            + [str(s) for s in sources],
+            [jar_tool, "--create", "--file", str(built), "-C", str(classes), "."],
+        ]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise JarBuildError(f"wmobs: {Path(step[0]).name} failed:\n{done.stderr}")
+        # Another process may build at the same time: each replaces the file whole.
+        staged = target.with_name(f".{JAR_NAME}.{uuid.uuid4().hex}")
+        shutil.copyfile(built, staged)
+        os.replace(staged, target)
+    return target
+
+
+def _classic_jvm(spark: Any) -> Any | None:
+    """The session's JVM gateway; None for Spark Connect."""
+    try:
+        from pyspark.sql.utils import is_remote
+
+        if is_remote():
+            return None
+    except ImportError:  # pragma: no cover - every supported PySpark has it
+        pass
+    return getattr(spark, "_jvm", None)
+
+
+def batch_time_functions(spark: Any, checkpoint: str) -> tuple[str, str] | None:
+    """Registers this policy's two functions in ``spark`` (the micro-batch's watermark and
+    timestamp, ms, read from ``checkpoint``, or from a named query's if empty) and returns
+    their names; None when the session cannot load wmobs' JAR (the caller falls back to the
+    Python data source)."""
+    jvm = _classic_jvm(spark)
+    if jvm is None:
+        return None
+    from py4j.java_gateway import JavaClass
+
+    try:
+        cls = jvm
+        for part in _CLASS.split("."):
+            cls = getattr(cls, part)
+        if not isinstance(cls, JavaClass):  # a JavaPackage: the class is not on the classpath
+            return None
+        suffix = uuid.uuid4().hex[:12]
+        names = (f"wmobs_batch_watermark_{suffix}", f"wmobs_batch_timestamp_{suffix}")
+        cls.register(spark._jsparkSession, names[0], names[1], checkpoint)
+    except Exception as exc:  # e.g. a JAR built for another Spark version
+        import structlog
+
+        structlog.get_logger("wmobs").warning(
+            "wmobs.jvm_unavailable",
+            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            fallback="the Python data source (one more Spark job per micro-batch)",
+        )
+        return None
+    return names
