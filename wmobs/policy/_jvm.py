@@ -103,14 +103,9 @@ def jar() -> Path:
 
 
 def _classic_jvm(spark: Any) -> Any | None:
-    """The session's JVM gateway; None for Spark Connect."""
-    try:
-        from pyspark.sql.utils import is_remote
-
-        if is_remote():
-            return None
-    except ImportError:  # pragma: no cover - every supported PySpark has it
-        pass
+    """The session's JVM gateway; None for a Spark Connect session (no JVM in this process)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None
     return getattr(spark, "_jvm", None)
 
 
