@@ -73,8 +73,14 @@ def build(
     storage: Storage,
 ) -> DataFrame:
     """``df`` judged by ``policy``: its columns, ``system_timestamp`` and the watermark;
-    everything read or written beside Spark goes through ``storage``."""
-    return _Plan(policy, tolerances, checkpoint, storage).build(df, sink)
+    everything read or written beside Spark goes through ``storage``.
+
+    Columns with a ``.`` in their name are renamed inside the plan, and back in its output and
+    in the dead letters: PySpark's ``mapInArrow`` (substreams, and dead letters of columns
+    without an exact text form) cannot resolve such a column in its output."""
+    renamed = _dotted_names(df.columns)
+    plan = _Plan(policy, tolerances, checkpoint, storage, renamed)
+    return plan.build(df.withColumnsRenamed(renamed) if renamed else df, sink, df.columns)
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,18 @@ class _Plan:
     tolerances: Tolerances
     checkpoint: str | None
     storage: Storage
+    renamed: dict[str, str]
+    """Input columns with a ``.`` in their name -> their name inside the plan."""
 
-    def build(self, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
-        """See :func:`build`."""
+    def _name(self, column: str) -> str:
+        """The name inside the plan of input column ``column``."""
+        return self.renamed.get(column, column)
+
+    def build(self, df: DataFrame, sink: DeadLetter | None, columns: list[str]) -> DataFrame:
+        """See :func:`build`: ``df`` with ``renamed`` applied; ``columns``, the input's own
+        names."""
         from pyspark.sql import functions as F
 
-        columns = df.columns
         idle = self.tolerances.idle_timeout_us is not None
         if self.policy.substream_by is None:
             staged = self._global_out_of_order(self._judge_arrival(df))
@@ -112,7 +124,7 @@ class _Plan:
         else:
             kept = self._dead_letters(observed, sink, df.schema, idle)
         out = kept.select(
-            *[F.col(f"`{c}`") for c in columns],
+            *[F.col(f"`{self._name(c)}`").alias(c) for c in columns],
             F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
             *([F.col(IDLE)] if idle else []),
         ).withWatermark(SYSTEM_TIMESTAMP, f"{self.tolerances.out_of_order_us} microseconds")
@@ -135,12 +147,14 @@ class _Plan:
 
         from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage
 
+        original = {inside: name for name, inside in self.renamed.items()}
         keep = dead_letter_filter(
             sink,
             schema,
             VERDICT,
             DROPPED_BITS,
             DROP_POLICIES,
+            rename=original,
             timezone=_session_conf(observed, "spark.sql.session.timeZone") or "UTC",
             large_types=(
                 _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
@@ -152,7 +166,9 @@ class _Plan:
         columns = schema.names
         passed = [*columns, TS, VERDICT, *([IDLE] if idle else [])]  # only what is needed
         observed = observed.select(*[F.col(f"`{c}`") for c in passed])
-        stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES)
+        stage = dead_letter_stage(
+            sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES, rename=original
+        )
         return observed.mapInArrow(stage, observed.schema)
 
     # ---- the arrival policies --------------------------------------------------------------------
@@ -161,8 +177,9 @@ class _Plan:
         from pyspark.sql import functions as F
         from pyspark.sql.types import StringType
 
-        column = F.col(f"`{self.policy.event_time}`")
-        if isinstance(df.schema[self.policy.event_time].dataType, StringType):
+        name = self._name(self.policy.event_time)
+        column = F.col(f"`{name}`")
+        if isinstance(df.schema[name].dataType, StringType):
             column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
         return F.unix_micros(column.cast("timestamp"))
 
@@ -172,7 +189,8 @@ class _Plan:
 
         if self.policy.arrival_time is None:
             return F.lit(None).cast("long")
-        return F.unix_micros(F.col(f"`{self.policy.arrival_time}`").cast("timestamp"))
+        arrival = self._name(self.policy.arrival_time)
+        return F.unix_micros(F.col(f"`{arrival}`").cast("timestamp"))
 
     def _judge_arrival(self, df: DataFrame) -> DataFrame:
         """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
@@ -291,7 +309,7 @@ class _Plan:
                 hint="pass TimePolicy(name=...) so that the per-key state is found again "
                 "after a restart even if the code creates its policies in another order",
             )
-        keys = [F.col(f"`{c}`") for c in self.policy.substream_by or ()]
+        keys = [F.col(f"`{self._name(c)}`") for c in self.policy.substream_by or ()]
         keyed = df.withColumn(KEY, F.xxhash64(*keys))
         if idle_us is not None:
             keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
@@ -442,6 +460,20 @@ def _placeholder(data_type: DataType) -> Column:
     if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType, T.BinaryType)):
         return F.lit(0).cast(data_type)
     return F.lit(None).cast(data_type)
+
+
+def _dotted_names(columns: list[str]) -> dict[str, str]:
+    """A name without a ``.`` for each of ``columns`` that has one, unused among ``columns``."""
+    taken = set(columns)
+    renamed = {}
+    for index, column in enumerate(columns):
+        if "." in column:
+            inside = f"wmobs__column_{index}"
+            while inside in taken:
+                inside += "_"
+            taken.add(inside)
+            renamed[column] = inside
+    return renamed
 
 
 def _real_rows(idle: bool) -> Column:

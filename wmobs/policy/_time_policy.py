@@ -217,13 +217,6 @@ class TimePolicy:
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
         self._check_columns(df)
-        dotted = [c for c in df.columns if "." in c]
-        if dotted and (self.substream_by is not None or sink is not None):
-            raise ValueError(
-                f"apply: column {dotted[0]!r} has a '.' in its name; substream_by and "
-                "dead_letter pass rows through PySpark's mapInArrow, which cannot resolve such "
-                "a column: rename it first (df.withColumnRenamed)"
-            )
         idle = self.tolerances.idle_timeout_us is not None
         if idle and self.substream_by is None and checkpoint_location is None:
             raise ValueError(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -137,9 +137,12 @@ def dead_letter_stage(
     verdict_column: str,
     dropped_bits: int,
     policy_bits: list[tuple[str, int]],
+    *,
+    rename: Mapping[str, str] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function: hands dropped rows to ``sink``, yields the kept ones (every
-    row crosses into Python; :func:`dead_letter_filter` is the cheaper plan where it applies)."""
+    row crosses into Python; :func:`dead_letter_filter` is the cheaper plan where it applies).
+    ``rename``: columns to hand over under another name (their name in the input)."""
 
     def stage(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -156,16 +159,22 @@ def dead_letter_stage(
                 yield batch
         if dropped_parts:
             rows = pa.Table.from_batches(dropped_parts)
-            _hand_over(sink, rows.select(columns), rows.column(verdict_column), policy_bits)
+            table = rows.select(columns)
+            _hand_over(sink, table, rows.column(verdict_column), policy_bits, rename)
 
     return stage
 
 
 def _hand_over(
-    sink: DeadLetter, table: Any, verdict: Any, policy_bits: list[tuple[str, int]]
+    sink: DeadLetter,
+    table: Any,
+    verdict: Any,
+    policy_bits: list[tuple[str, int]],
+    rename: Mapping[str, str] | None = None,
 ) -> None:
-    """In the task: ``table`` (the dropped rows' input columns) with the policy that dropped
-    each row (from ``verdict``, its verdict bits) and the batch id, to ``sink``."""
+    """In the task: ``table`` (the dropped rows' input columns, ``rename`` applied) with the
+    policy that dropped each row (from ``verdict``, its verdict bits) and the batch id, to
+    ``sink``."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark import TaskContext
@@ -178,6 +187,8 @@ def _hand_over(
     for name, bit in reversed(policy_bits):
         hit = pc.not_equal(pc.bit_wise_and(verdict, bit), 0)
         policy = pc.if_else(hit, pa.scalar(name), policy)
+    if rename:
+        table = table.rename_columns([rename.get(n, n) for n in table.column_names])
     table = table.append_column(POLICY_COLUMN, policy)
     table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
     sink.write(table, batch_id, context.partitionId())
@@ -195,6 +206,7 @@ def dead_letter_filter(
     *,
     timezone: str,
     large_types: bool,
+    rename: Mapping[str, str] | None = None,
 ) -> Any | None:
     """A boolean Column, true for the rows to keep, that hands the dropped ones to ``sink``;
     ``None`` where a column of ``schema`` (the input's ``StructType``) has no exact text form
@@ -209,7 +221,7 @@ def dead_letter_filter(
     forms measured slower than passing every row whole.) An Arrow-iterator UDF, evaluated in
     the same task as the policy's ``observe``, decodes the dropped rows into the Arrow types
     ``mapInArrow`` would have given them (``timezone``, ``large_types``: the session's) and
-    hands them over once the task's input is exhausted."""
+    hands them over once the task's input is exhausted, ``rename`` applied to their names."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.types import to_arrow_type
@@ -255,7 +267,8 @@ def dead_letter_filter(
             for i, (_, how, arrow) in enumerate(targets)
         ]
         table = pa.table(decoded, names=[name for name, _, _ in targets])
-        _hand_over(sink, table, pc.cast(text.column(fields[-1]), pa.int64()), policy_bits)
+        verdicts = pc.cast(text.column(fields[-1]), pa.int64())
+        _hand_over(sink, table, verdicts, policy_bits, rename)
 
     with warnings.catch_warnings():  # "prefer type hints": pyarrow is imported lazily here
         warnings.filterwarnings("ignore", "It is preferred to specify type hints")
