@@ -253,7 +253,7 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
 
         original = WmobsListener._jlistener
         if stock_bridge:
-            WmobsListener._jlistener = StockBridge._jlistener  # type: ignore[method-assign]
+            WmobsListener._jlistener = StockBridge._jlistener  # type: ignore[method-assign,assignment]
         try:
             with wmobs.attach(
                 spark, meter_provider=provider, prometheus_port=0, on_progress=collect
@@ -439,11 +439,14 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
         end = parse_timestamp(last["timestamp"])
         assert begin is not None and end is not None
         startups.setdefault(name, []).append(begin - started)
-        return end + last["durationMs"]["triggerExecution"] / 1000 - begin
+        return end + float(last["durationMs"]["triggerExecution"]) / 1000 - begin
+
+    def bound(make: Callable[[Any, str], Any], column: str, name: str) -> Callable[[], float]:
+        return lambda: run(make, column, name)
 
     makers = _policy_makers(work)
     variants: dict[str, Callable[[], float]] = {
-        name: (lambda make=make, column=column, name=name: run(make, column, name))
+        name: bound(make, column, name)
         for name, (make, column) in makers.items()
         if not only or name == "baseline" or name in only
     }
@@ -541,14 +544,14 @@ def bench_breakdown(rows: int, runs: int, only: list[str] | None = None) -> dict
                     part = "watermark read job"
                 parts[part] += wall * 1000
         for progress in query.recentProgress:
-            parts = batches.get(progress["batchId"])
-            if parts is not None:
+            batch_parts = batches.get(progress["batchId"])
+            if batch_parts is not None:
                 took = progress["durationMs"]
-                parts["micro-batch"] = took["triggerExecution"]
-                parts["queryPlanning"] = took.get("queryPlanning", 0)
-                parts["addBatch"] = took.get("addBatch", 0)
-                stages_ms = sum(parts[p] for p in BREAKDOWN_PARTS[3:6])
-                parts["outside stages"] = parts["micro-batch"] - stages_ms
+                batch_parts["micro-batch"] = took["triggerExecution"]
+                batch_parts["queryPlanning"] = took.get("queryPlanning", 0)
+                batch_parts["addBatch"] = took.get("addBatch", 0)
+                stages_ms = sum(batch_parts[p] for p in BREAKDOWN_PARTS[3:6])
+                batch_parts["outside stages"] = batch_parts["micro-batch"] - stages_ms
         return [parts for batch, parts in sorted(batches.items()) if batch > 0]
 
     try:
