@@ -40,8 +40,12 @@ def _sources() -> list[Path]:
 
 
 def _spark_jars() -> Path:
-    import pyspark
-
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise JarBuildError(
+            "wmobs: building the JAR needs PySpark (pip install 'wmobs[spark]')"
+        ) from exc
     for candidate in (
         Path(pyspark.__file__).resolve().parent / "jars",
         Path(os.environ.get("SPARK_HOME", "/nonexistent")) / "jars",

@@ -2,11 +2,9 @@ package io.wmobs.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -133,7 +131,7 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
               base + " is the checkpoint of query " + id + ", not of " + queryId);
         }
       }
-      List<String> lines = lines(readText(base + "/offsets/" + batch));
+      List<String> lines = readText(base + "/offsets/" + batch).lines().toList();
       if (lines.size() < 2) {
         throw new IOException("incomplete offsets file (being written?)");
       }
@@ -158,16 +156,5 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
     try (FSDataInputStream in = fs.open(file)) {
       return new String(in.readAllBytes(), StandardCharsets.UTF_8);
     }
-  }
-
-  private static List<String> lines(String text) throws IOException {
-    List<String> out = new ArrayList<>();
-    try (BufferedReader reader =
-        new BufferedReader(new java.io.StringReader(text))) {
-      for (String line = reader.readLine(); line != null; line = reader.readLine()) {
-        out.add(line);
-      }
-    }
-    return out;
   }
 }
