@@ -3,7 +3,7 @@ the tasks (``wmobs/_jvm/src/io/wmobs/spark/BatchTimes.java``).
 
 Without it, the global time policy reads them with a one-row Python data source broadcast
 into the plan (:mod:`wmobs.policy._watermark_source`): a Spark job of its own in every
-micro-batch, ~40 ms of it (README "Performance"). With the JAR on the session's classpath
+micro-batch, 23-42 ms of a small one (README "Performance"). With the JAR on the session's classpath
 (``spark.jars``), every task reads ``offsets/<batchId>`` itself, once per executor and
 micro-batch, with the session's Hadoop configuration. The plan has no job, no broadcast, no
 join for it. The Python source remains the fallback wherever the JAR is not loaded: Spark
