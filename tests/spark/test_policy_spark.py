@@ -7,6 +7,7 @@ import contextlib
 import os
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -19,7 +20,12 @@ import wmobs
 from tests.unit._reference import lateness_reference
 from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
-from wmobs.observations import HISTOGRAMS, parse_observed_metrics
+from wmobs.observations import (
+    HISTOGRAMS,
+    histogram_index,
+    joint_histogram_counts,
+    parse_observed_metrics,
+)
 from wmobs.policy import _jvm
 from wmobs.testing import iso
 
@@ -186,10 +192,21 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
     return {i: epoch(t) for i, t in expected.items() if t is not None}
 
 
+@contextlib.contextmanager
+def without_jar() -> Iterator[None]:
+    """Policies applied inside plan as if the session had not loaded wmobs' JAR: the batch's
+    times from the Python data source, the distributions counted by ``histogram_numeric``."""
+    with (
+        mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
+        mock.patch.object(_jvm, "joint_histogram_function", lambda *_: None),
+    ):
+        yield
+
+
 @pytest.mark.parametrize("read", ["jvm", "python"])
 def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, read: str) -> None:
-    """Both ways of reading the batch's times: wmobs' JAR (loaded by the test session) and
-    the Python data source it falls back to."""
+    """Both ways of reading the batch's times and counting the distributions: wmobs' JAR
+    (loaded by the test session) and what a session without it falls back to."""
     for row in worked_rows():
         write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
     policy = TimePolicy(
@@ -199,8 +216,7 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
         late_arrival="5 minutes",
         out_of_order="2 minutes",
     )
-    fallback = mock.patch.object(_jvm, "batch_time_functions", lambda *_: None)
-    with fallback if read == "python" else contextlib.nullcontext():
+    with without_jar() if read == "python" else contextlib.nullcontext():
         kept, counts, progress = run_policy(
             spark, policy, tmp_path / "in", tmp_path, f"worked_global_{read}"
         )
@@ -276,7 +292,7 @@ def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_
         assert spark.sql("SELECT count(*) FROM compiled_once").first()[0] == 8
         # With wmobs' JAR the batch's times are read in the tasks: no job, broadcast or join.
         plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
-        assert "wmobs_batch_watermark_" in plan
+        assert "wmobs_batch_watermark_" in plan and "wmobs_joint_histogram_" in plan
         assert "BroadcastNestedLoopJoin" not in plan and "BatchScan" not in plan
     finally:
         query.stop()
@@ -303,8 +319,7 @@ def test_another_querys_checkpoint_fails_the_query(spark: Any, tmp_path: Path, r
             query.awaitTermination()
         return query
 
-    fallback = mock.patch.object(_jvm, "batch_time_functions", lambda *_: None)
-    with fallback if read == "python" else contextlib.nullcontext():
+    with without_jar() if read == "python" else contextlib.nullcontext():
         first = run(tmp_path / "first", tmp_path / "first")
         assert first.exception() is None
         second = run(tmp_path / "second", tmp_path / "first")
@@ -575,6 +590,57 @@ def test_distributions_on_a_random_multi_batch_stream(
     )
     assert observed_histograms(progress, policy) == expected
     assert sum(lateness) > 0  # the stream has rows behind others
+
+
+@pytest.mark.parametrize("counted_by", ["jvm", "histogram_numeric"])
+def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: str) -> None:
+    """Tens of thousands of rows in 40 partitions, most of the joint buckets used: both ways
+    of counting the distributions equal counting row by row, on every bucket. (Spark's
+    ``histogram_numeric`` of an integer index lost rows to a neighbouring bucket here when its
+    partitions' bins merged.)"""
+    from bisect import bisect_left
+
+    from pyspark.sql import functions as F
+
+    from wmobs.observations import bounds_us, joint_histogram_index
+
+    names = ("arrival_delay", "lateness")
+    bounds = [bounds_us(h) for h in names]
+    rnd = random.Random(5)
+    rows: list[tuple[int | None, int | None]] = []
+    for _ in range(30_000):
+        pair: list[int | None] = []
+        for b in bounds:
+            bound = rnd.choice(b)
+            pair.append(
+                None if rnd.random() < 0.1
+                else bound + rnd.choice([-1, 0, 1]) if rnd.random() < 0.3
+                else rnd.choice([-1, 1]) * int(10 ** rnd.uniform(0, 11.5))
+            )  # fmt: skip
+        rows.append((pair[0], pair[1]))
+    expected: dict[str, list[int]] = {
+        h: [0] * (len(b) + 1) for h, b in zip(names, bounds, strict=True)
+    }
+    for row in rows:
+        if row != (None, None):
+            for h, b, value in zip(names, bounds, row, strict=True):
+                if value is not None:
+                    expected[h][bisect_left(b, value)] += 1
+    df = spark.createDataFrame(rows, "delay LONG, lateness LONG").repartition(40)
+    values, valid = [F.col("delay"), F.col("lateness")], F.lit(True)
+    if counted_by == "jvm":
+        function = _jvm.joint_histogram_function(spark, *bounds)
+        assert function is not None
+        counts = joint_histogram_counts(names, values, valid, function=function)
+    else:
+        indexes = [histogram_index(h, v, valid) for h, v in zip(names, values, strict=True)]
+        df = df.withColumn("index", joint_histogram_index(names, indexes))
+        counts = joint_histogram_counts(names, values, valid, index="index")
+    row = df.select(*counts).first().asDict(recursive=True)
+    points = row["hist:arrival_delay*lateness:buckets"]
+    assert len({p["x"] for p in points}) > 300  # most of the 494 joint buckets
+    parsed = parse_observed_metrics({"wmobs.policy.p": row}).histograms
+    assert {h: parsed[("p", h)].buckets for h in names} == expected
 
 
 def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:

@@ -17,6 +17,7 @@ from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
+    bounds_us,
     histogram_index,
     joint_histogram_counts,
     joint_histogram_index,
@@ -421,13 +422,21 @@ class _Plan:
         return counts
 
     def _distributions(self, staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
-        """``staged`` with the joint bucket of each row's arrival delay and lateness (computed
-        in generated code, before ``observe``), and the aggregates that count them."""
+        """The aggregates that count each row's arrival delay and lateness in their joint
+        buckets, and ``staged`` with what they need: wmobs' JVM aggregate where the session
+        has loaded its JAR (:mod:`wmobs.policy._jvm`), else ``histogram_numeric`` of the joint
+        bucket index, computed in generated code before ``observe``."""
         from pyspark.sql import functions as F
+
+        from wmobs.policy._jvm import joint_histogram_function
 
         real = _real_rows(idle)
         delay, lateness = F.col(DELAY), F.col(LATENESS)
         histograms = ("arrival_delay", "lateness")
+        function = joint_histogram_function(staged.sparkSession, *map(bounds_us, histograms))
+        if function is not None:
+            counts = joint_histogram_counts(histograms, [delay, lateness], real, function=function)
+            return staged, counts
         staged = staged.withColumns(
             {
                 DELAY_BUCKET: histogram_index("arrival_delay", delay, real),
