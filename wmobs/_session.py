@@ -1,5 +1,5 @@
 """A small local SparkSession for the demo, the tests, the examples and the benchmarks
-(public as :func:`wmobs.testing.local_spark`)."""
+(public as :func:`wmobs.testing.local_spark`), and what kind of session a user passed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["local_spark"]
+__all__ = ["is_connect", "local_spark"]
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session: no JVM in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def local_spark(

@@ -117,7 +117,9 @@ def jar() -> Path:
 
 def _classic_jvm(spark: Any) -> Any | None:
     """The session's JVM gateway; None for a Spark Connect session (no JVM in this process)."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    from wmobs._session import is_connect
+
+    if is_connect(spark):
         return None
     return getattr(spark, "_jvm", None)
 
