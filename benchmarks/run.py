@@ -362,8 +362,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
-    def without_jar() -> Callable[[Any, str], Any]:
-        """The global policy as in a session without wmobs' JAR: the Python data source."""
+    def without_jar(*functions: str) -> Callable[[Any, str], Any]:
+        """The global policy as in a session without (some of) wmobs' JAR ``functions``: the
+        batch's times from the Python data source, the distributions by histogram_numeric."""
+        from contextlib import ExitStack
         from unittest import mock
 
         from wmobs.policy import _jvm
@@ -371,7 +373,9 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         make = policy()
 
         def apply(df: Any, ck: str) -> Any:
-            with mock.patch.object(_jvm, "batch_time_functions", lambda *_: None):
+            with ExitStack() as patches:
+                for function in functions:
+                    patches.enter_context(mock.patch.object(_jvm, function, lambda *_: None))
                 return make(df, ck)
 
         return apply
@@ -383,7 +387,14 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "global policy": (policy(), "system_timestamp"),
-        "global policy without the JAR (Python source)": (without_jar(), "system_timestamp"),
+        "global policy without the JAR": (
+            without_jar("batch_time_functions", "joint_histogram_function"),
+            "system_timestamp",
+        ),
+        "global policy, distributions by histogram_numeric": (
+            without_jar("joint_histogram_function"),
+            "system_timestamp",
+        ),
         "global policy without distributions": (without("distributions"), "system_timestamp"),
         "global policy without the watermark read (diagnostic)": (
             without("watermark read"),
@@ -747,7 +758,10 @@ def main() -> None:
         "--variant",
         action="append",
         default=None,
-        help="policy, breakdown: the variants to run; latency: variants to add (repeatable)",
+        choices=list(_policy_makers(Path("unused"))),
+        metavar="VARIANT",
+        help="policy, breakdown: the variants to run; latency: variants to add (repeatable); "
+        "one of: " + "; ".join(_policy_makers(Path("unused"))),
     )
     parser.add_argument(
         "--trigger", type=float, default=0.5, help="idle latency: trigger interval, seconds"
