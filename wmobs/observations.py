@@ -24,7 +24,8 @@ Histograms ``<h>`` (:data:`HISTOGRAMS`) are ``arrival_delay`` (arrival time - ev
 every valid row; negative: early) and ``lateness`` (how far each row is behind the largest
 system timestamp seen before it; 0 when not behind). ``buckets`` is the batch's count per
 bucket, as ``histogram_numeric`` of the bucket index gives it (``[{x: index, y: count}, ...]``,
-an index may repeat: its counts add up; index ``i`` counts the values above bound ``i - 1`` and
+an index may repeat: its counts add up; ``x`` may be a rounding error off the index: read it
+rounded; index ``i`` counts the values above bound ``i - 1`` and
 at most bound ``i`` of :data:`HISTOGRAMS` ``[h]``, in seconds; the last one, above every
 bound); ``sum_us`` their sum in microseconds. :func:`histogram_counts` builds both.
 ``hist:<h1>*<h2>:buckets`` counts two histograms' buckets in one column (one aggregate per row
@@ -174,9 +175,8 @@ def histogram_counts(
     ``valid`` (a boolean Column).
 
     Two aggregates, whatever the number of buckets: ``histogram_numeric`` of the bucket index
-    (exact here: it merges bins only when there are more distinct values than its bin budget,
-    and there are at most :data:`_BINS` - one bucket per bound and one above, while
-    repeated indexes from different partitions merge exactly) and the sum.
+    (exact, see :func:`_exact_histogram_numeric`: the bin budget :data:`_BINS` is above the
+    number of buckets) and the sum.
 
     ``index``: the name of a column of the observed DataFrame that holds
     :func:`histogram_index` of the same arguments. Pass it: ``histogram_numeric`` evaluates
@@ -248,8 +248,8 @@ def joint_histogram_counts(
 
     Every row then costs one update of ``histogram_numeric`` (which Spark runs row by row
     outside generated code) instead of one per histogram: ~30 ms less task CPU per million
-    rows in the policy benchmark. Exact as well: the bin budget is the number of possible
-    joint indexes.
+    rows in the policy benchmark. Exact as well (:func:`_exact_histogram_numeric`): the bin
+    budget is the number of possible joint indexes.
 
     ``function``, in place of ``index``: the name of wmobs' JVM aggregate of two histograms'
     values (:func:`wmobs.policy._jvm.joint_histogram_function`), which gives the same points
