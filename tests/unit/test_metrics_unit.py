@@ -346,3 +346,22 @@ def test_a_joint_histogram_column_counts_like_one_column_per_histogram() -> None
     assert unknown.unknown_columns == ["wmobs.hist:arrival_delay*nope:buckets"]
     twice = parse_observed_metrics({"wmobs": {"hist:lateness*lateness:buckets": []}})
     assert twice.unknown_columns == ["wmobs.hist:lateness*lateness:buckets"]
+
+
+def test_a_bucket_index_a_rounding_error_off_is_read_rounded() -> None:
+    """``histogram_numeric`` merges two bins of the same index into their weighted mean, which
+    can come out a rounding error off it: the index is read rounded, not truncated."""
+    below, above = 3 * (1 - 2**-52), 4 * (1 + 2**-52)
+    counts = parse_observed_metrics(
+        {
+            "wmobs.policy.p": {
+                "hist:lateness:buckets": [
+                    {"x": below, "y": 5.0},
+                    {"x": 3.0, "y": 1.0},
+                    {"x": above, "y": 2.0},
+                ]
+            }
+        }
+    )
+    assert int(below) == 2  # what truncation would have counted
+    assert counts.histograms[("p", "lateness")].buckets[2:5] == [0, 6, 2]
