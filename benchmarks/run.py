@@ -364,7 +364,7 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
     def without_jar(*functions: str) -> Callable[[Any, str], Any]:
         """The global policy as in a session without (some of) wmobs' JAR ``functions``: the
-        batch's times from the Python data source, the distributions by histogram_numeric."""
+        batch's times from the Python data source, one Spark aggregate per observed column."""
         from contextlib import ExitStack
         from unittest import mock
 
@@ -388,11 +388,11 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "global policy": (policy(), "system_timestamp"),
         "global policy without the JAR": (
-            without_jar("batch_time_functions", "joint_histogram_function"),
+            without_jar("batch_time_functions", "observation_function"),
             "system_timestamp",
         ),
-        "global policy, distributions by histogram_numeric": (
-            without_jar("joint_histogram_function"),
+        "global policy, observations without the JAR": (
+            without_jar("observation_function"),
             "system_timestamp",
         ),
         "global policy without distributions": (without("distributions"), "system_timestamp"),

@@ -18,6 +18,7 @@ column                             exported as
 ``hist:<h>:buckets``               ``wmobs_event_<h>_seconds_bucket{policy, le}``, ``_count``
 ``hist:<h1>*<h2>:buckets``         the same, for both histograms from one column
 ``hist:<h>:sum_us``                ``wmobs_event_<h>_seconds_sum``
+``columns`` (a struct)             each of its fields, as if it were a column
 =================================  ===================================================
 
 Histograms ``<h>`` (:data:`HISTOGRAMS`) are ``arrival_delay`` (arrival time - event time of
@@ -70,15 +71,19 @@ __all__ = [
     "INPUT_WATERMARK_COLUMN",
     "OBSERVATION_PREFIX",
     "POLICIES",
+    "STRUCT_COLUMN",
     "HistogramCounts",
     "ObservedCounts",
     "bounds_us",
     "histogram_counts",
     "histogram_index",
+    "histogram_sum_column",
     "input_label",
     "is_wmobs_observation",
+    "joint_histogram_column",
     "joint_histogram_counts",
     "joint_histogram_index",
+    "observation_columns",
     "parse_observed_metrics",
     "policy_column",
 ]
@@ -88,6 +93,9 @@ POLICIES: tuple[str, ...] = ("early_arrival", "late_arrival", "out_of_order", "i
 ACTIONS: tuple[str, ...] = ("adjusted", "dropped")
 DEAD_LETTER_COLUMN = "dead_letter_rows"
 IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
+STRUCT_COLUMN = "columns"
+"""A struct whose fields are columns of the observation (how wmobs' JAR observes them all at
+once, :mod:`wmobs.policy._jvm`): read as if they were its own."""
 _POSITIVE = (
     0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
     21600.0, 86400.0,
@@ -189,9 +197,7 @@ def histogram_counts(
     bucket = histogram_index(histogram, micros, valid) if index is None else F.col(index)
     return [
         _exact_histogram_numeric(bucket, _BINS).alias(_histogram_column(histogram, "buckets")),
-        F.sum(F.when(valid & micros.isNotNull(), micros)).alias(
-            _histogram_column(histogram, "sum_us")
-        ),
+        F.sum(F.when(valid & micros.isNotNull(), micros)).alias(histogram_sum_column(histogram)),
     ]
 
 
@@ -218,6 +224,16 @@ def _bucket_count(histogram: str) -> int:
     return len(HISTOGRAMS[histogram]) + 1
 
 
+def joint_histogram_column(histograms: Sequence[str]) -> str:
+    """The name of the column that counts ``histograms``' joint buckets."""
+    return _histogram_column("*".join(histograms), "buckets")
+
+
+def histogram_sum_column(histogram: str) -> str:
+    """The name of the column that sums ``histogram``'s values (µs)."""
+    return _histogram_column(histogram, "sum_us")
+
+
 def joint_histogram_index(histograms: Sequence[str], indexes: Sequence[Any]) -> Any:
     """One index for the buckets of several histograms (``indexes``: a Column of
     :func:`histogram_index` for each of ``histograms``), null where every one is null: the
@@ -235,12 +251,7 @@ def joint_histogram_index(histograms: Sequence[str], indexes: Sequence[Any]) -> 
 
 
 def joint_histogram_counts(
-    histograms: Sequence[str],
-    values: Sequence[Any],
-    valid: Any,
-    *,
-    index: str | None = None,
-    function: str | None = None,
+    histograms: Sequence[str], values: Sequence[Any], valid: Any, *, index: str
 ) -> list[Any]:
     """The ``observe`` columns of several histograms at once (``values``: a Column of µs for
     each of ``histograms``, counted where ``valid``): one ``histogram_numeric`` of ``index``
@@ -249,32 +260,16 @@ def joint_histogram_counts(
     Every row then costs one update of ``histogram_numeric`` (which Spark runs row by row
     outside generated code) instead of one per histogram: ~30 ms less task CPU per million
     rows in the policy benchmark. Exact as well (:func:`_exact_histogram_numeric`): the bin
-    budget is the number of possible joint indexes.
-
-    ``function``, in place of ``index``: the name of wmobs' JVM aggregate of two histograms'
-    values (:func:`wmobs.policy._jvm.joint_histogram_function`), which gives the same points
-    without the index or ``histogram_numeric``."""
+    budget is the number of possible joint indexes."""
     from pyspark.sql import functions as F
 
     bins = 1
     for histogram in histograms:
         bins *= _bucket_count(histogram) + 1
-    name = "*".join(histograms)
-    if function is not None:
-        if len(histograms) != 2:
-            raise ValueError(f"the JVM histogram counts two histograms, not {histograms!r}")
-        counted = [F.when(valid, micros) for micros in values]
-        buckets = F.call_function(function, *counted).getField("points")
-    elif index is not None:
-        buckets = _exact_histogram_numeric(F.col(index), bins)
-    else:
-        raise ValueError("joint_histogram_counts needs index or function")
     return [
-        buckets.alias(_histogram_column(name, "buckets")),
+        _exact_histogram_numeric(F.col(index), bins).alias(joint_histogram_column(histograms)),
         *[
-            F.sum(F.when(valid & micros.isNotNull(), micros)).alias(
-                _histogram_column(histogram, "sum_us")
-            )
+            F.sum(F.when(valid & micros.isNotNull(), micros)).alias(histogram_sum_column(histogram))
             for histogram, micros in zip(histograms, values, strict=True)
         ],
     ]
@@ -332,6 +327,16 @@ def _count(value: Any) -> int:
     return int(value)
 
 
+def observation_columns(row: Any) -> dict[str, Any]:
+    """An observation's columns (a Row of ``progress.observedMetrics``, or a dict), with those
+    of its :data:`STRUCT_COLUMN` among them."""
+    items = dict(row.asDict() if hasattr(row, "asDict") else row)
+    struct = items.pop(STRUCT_COLUMN, None)  # the columns, as wmobs' JAR observes them
+    if struct is not None:
+        items.update(struct.asDict() if hasattr(struct, "asDict") else struct)
+    return items
+
+
 def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts:
     """Sum the wmobs columns of ``progress.observedMetrics`` (observation name -> row).
 
@@ -343,8 +348,7 @@ def parse_observed_metrics(observed: Mapping[str, Any] | None) -> ObservedCounts
     for name, row in observed.items():
         if not is_wmobs_observation(name):
             continue
-        items = row.asDict() if hasattr(row, "asDict") else row
-        for column, value in items.items():
+        for column, value in observation_columns(row).items():
             key = _POLICY_COLUMNS.get(column)
             if key is not None:
                 counts.policy_events[key] = counts.policy_events.get(key, 0) + _count(value)

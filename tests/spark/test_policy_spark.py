@@ -24,6 +24,7 @@ from wmobs.observations import (
     HISTOGRAMS,
     histogram_index,
     joint_histogram_counts,
+    observation_columns,
     parse_observed_metrics,
 )
 from wmobs.policy import _jvm
@@ -175,7 +176,9 @@ def worked_histograms(per_key: bool) -> dict[str, int]:
 
 def input_times(progress: Any, policy: TimePolicy) -> tuple[int, int]:
     """The largest ``input_watermark_us`` and ``input_event_time_us`` the policy observed."""
-    observed = [p["observedMetrics"][policy.observation_name] for p in progress]
+    observed = [
+        observation_columns(p["observedMetrics"][policy.observation_name]) for p in progress
+    ]
     return (
         max(o["input_watermark_us"] for o in observed if o["input_watermark_us"] is not None),
         max(o["input_event_time_us"] for o in observed if o["input_event_time_us"] is not None),
@@ -194,11 +197,11 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
 
 @contextlib.contextmanager
 def without_jar() -> Iterator[None]:
-    """Policies applied inside plan as if the session had not loaded wmobs' JAR: the batch's
-    times from the Python data source, the distributions counted by ``histogram_numeric``."""
+    """Policies applied inside as if the session had not loaded wmobs' JAR: the batch's times
+    from the Python data source, one Spark aggregate per observed column."""
     with (
         mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
-        mock.patch.object(_jvm, "joint_histogram_function", lambda *_: None),
+        mock.patch.object(_jvm, "observation_function", lambda *_: None),
     ):
         yield
 
@@ -292,7 +295,7 @@ def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_
         assert spark.sql("SELECT count(*) FROM compiled_once").first()[0] == 8
         # With wmobs' JAR the batch's times are read in the tasks: no job, broadcast or join.
         plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
-        assert "wmobs_batch_watermark_" in plan and "wmobs_joint_histogram_" in plan
+        assert "wmobs_batch_watermark_" in plan and "wmobs_observation_" in plan
         assert "BroadcastNestedLoopJoin" not in plan and "BatchScan" not in plan
     finally:
         query.stop()
@@ -410,7 +413,7 @@ def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> No
         sink = tmp_path / f"dead-{label}"
         kept, counts, progress = _run_with_function_sink(spark, policy, tmp_path, label, sink)
         got[label] = kept
-        observed = progress[0]["observedMetrics"][policy.observation_name].asDict()
+        observed = observation_columns(progress[0]["observedMetrics"][policy.observation_name])
         histograms = sorted(c for c in observed if c.startswith("hist:"))
         assert len(histograms) == (3 if policy.distributions else 0), histograms
         assert observed["input_watermark_us"] is not None
@@ -539,13 +542,15 @@ def test_an_unnamed_substream_policy_warns_where_its_state_goes(spark: Any, tmp_
     assert logs[0]["state"].startswith("wmobs/substreams/EventTime_")
 
 
+@pytest.mark.parametrize("read", ["jvm", "python"])
 @pytest.mark.parametrize("per_key", [False, True])
 def test_distributions_on_a_random_multi_batch_stream(
-    spark: Any, tmp_path: Path, per_key: bool
+    spark: Any, tmp_path: Path, per_key: bool, read: str
 ) -> None:
     """Random event and arrival times over 6 micro-batches of 40 rows and 5 devices: both
     distributions equal an event-at-a-time computation, globally (lateness behind the largest
-    system timestamp of the earlier batches) and per key (behind the key's, in arrival order)."""
+    system timestamp of the earlier batches) and per key (behind the key's, in arrival order);
+    counted by wmobs' JAR and by Spark's aggregates without it."""
     rnd = random.Random(11 + per_key)
     late_tolerance = 120  # seconds: late rows are adjusted to arrival - 2 min
     start = epoch("12:00")
@@ -570,9 +575,12 @@ def test_distributions_on_a_random_multi_batch_stream(
         late_arrival=f"{late_tolerance} seconds",
         out_of_order="1 minute",
         substream_by=["deviceId"] if per_key else None,
-        name="random_per_key" if per_key else "random_global",
+        name=f"random_{'per_key' if per_key else 'global'}_{read}",
     )
-    _, _, progress = run_policy(spark, policy, tmp_path / "in", tmp_path, policy.state_name)
+    with without_jar() if read == "python" else contextlib.nullcontext():
+        _, counts, progress = run_policy(
+            spark, policy, tmp_path / "in", tmp_path, policy.state_name
+        )
 
     delays, lateness = [], []
     largest: dict[str, int] = {}  # per stream: largest system timestamp so far (µs)
@@ -590,6 +598,8 @@ def test_distributions_on_a_random_multi_batch_stream(
     )
     assert observed_histograms(progress, policy) == expected
     assert sum(lateness) > 0  # the stream has rows behind others
+    late = sum(1 for rows in batches for _, e, a, _ in rows if e < a - late_tolerance)
+    assert counts[("late_arrival", "adjusted")] == late > 0
 
 
 @pytest.mark.parametrize("counted_by", ["jvm", "histogram_numeric"])
@@ -628,16 +638,30 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
                     expected[h][bisect_left(b, value)] += 1
     df = spark.createDataFrame(rows, "delay LONG, lateness LONG").repartition(40)
     values, valid = [F.col("delay"), F.col("lateness")], F.lit(True)
-    if counted_by == "jvm":
-        function = _jvm.joint_histogram_function(spark, *bounds)
+    if counted_by == "jvm":  # the JAR's aggregate of a policy's observations, alone
+        spec = {
+            "counts": [],
+            "dropped_bits": 0,
+            "watermark": "w",
+            "event_time": "e",
+            "tolerance_us": 0,
+            "histogram": {
+                "buckets": "hist:arrival_delay*lateness:buckets",
+                "sums": ["hist:arrival_delay:sum_us", "hist:lateness:sum_us"],
+                "bounds": bounds,
+            },
+        }
+        function = _jvm.observation_function(spark, spec)
         assert function is not None
-        counts = joint_histogram_counts(names, values, valid, function=function)
+        nothing = F.lit(None).cast("long")
+        arguments = [F.lit(0).cast("long"), nothing, nothing, F.lit(-1).cast("long"), *values]
+        counts = [F.call_function(function, *arguments).alias("columns")]
     else:
         indexes = [histogram_index(h, v, valid) for h, v in zip(names, values, strict=True)]
         df = df.withColumn("index", joint_histogram_index(names, indexes))
         counts = joint_histogram_counts(names, values, valid, index="index")
     row = df.select(*counts).first().asDict(recursive=True)
-    points = row["hist:arrival_delay*lateness:buckets"]
+    points = row.get("columns", row)["hist:arrival_delay*lateness:buckets"]
     assert len({p["x"] for p in points}) > 300  # most of the 494 joint buckets
     parsed = parse_observed_metrics({"wmobs.policy.p": row}).histograms
     assert {h: parsed[("p", h)].buckets for h in names} == expected

@@ -1,5 +1,10 @@
-"""wmobs' JVM part: the micro-batch's watermark and timestamp as SQL functions evaluated in
-the tasks (``wmobs/_jvm/src/io/wmobs/spark/BatchTimes.java``).
+"""wmobs' JVM part (``wmobs/_jvm/src/io/wmobs/spark/``), two kinds of SQL function evaluated in
+the tasks: the micro-batch's watermark and timestamp (``BatchTimes.java``), and one aggregate
+of everything a time policy observes (``PolicyObservation.java``).
+
+Without the JAR each of the policy's counts is an aggregate of its own in ``observe``, which
+Spark evaluates row by row outside generated code and plans again in every micro-batch; with
+it, one aggregate counts them all (README "Performance").
 
 Without it, the global time policy reads them with a one-row Python data source broadcast
 into the plan (:mod:`wmobs.policy._watermark_source`): a Spark job of its own in every
@@ -16,12 +21,13 @@ seconds, once, and again only when the source changes).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +36,12 @@ __all__ = [
     "JarBuildError",
     "batch_time_functions",
     "jar",
-    "joint_histogram_function",
+    "observation_function",
 ]
 
 JAR_NAME = "wmobs-spark.jar"
 _BATCH_TIMES = "io.wmobs.spark.BatchTimes"
-_JOINT_HISTOGRAM = "io.wmobs.spark.JointHistogram"
+_OBSERVATION = "io.wmobs.spark.PolicyObservation"
 _HOME = Path(__file__).resolve().parent.parent / "_jvm"
 _SOURCES = _HOME / "src"
 
@@ -173,16 +179,15 @@ def batch_time_functions(spark: Any, checkpoint: str) -> tuple[str, str] | None:
     return names if _register(spark, _BATCH_TIMES, register) else None
 
 
-def joint_histogram_function(spark: Any, first: Sequence[int], second: Sequence[int]) -> str | None:
-    """Registers an aggregate function of two columns of µs that counts their joint buckets
-    (``first`` and ``second``: each one's bounds, µs) and returns its name; ``f(a, b).points``
-    is what ``histogram_numeric`` of :func:`~wmobs.observations.joint_histogram_index` gives,
-    exactly and at a fraction of the cost. None where the session cannot load wmobs' JAR."""
-    bounds = (",".join(str(b) for b in first), ",".join(str(b) for b in second))
-    # One name per pair of bounds: the same function for every policy of the session.
-    name = "wmobs_joint_histogram_" + hashlib.sha1("/".join(bounds).encode()).hexdigest()[:12]
+def observation_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
+    """Registers wmobs' aggregate of everything a time policy observes (``PolicyObservation``,
+    ``spec`` as its ``register`` documents) and returns its name; None where the session
+    cannot load wmobs' JAR (the caller observes one Spark aggregate per column instead)."""
+    text = json.dumps(spec, sort_keys=True)
+    # One name per spec: the same function for every policy of the session that needs it.
+    name = "wmobs_observation_" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
     def register(cls: Any) -> None:
-        cls.register(spark._jsparkSession, name, *bounds)
+        cls.register(spark._jsparkSession, name, text)
 
-    return name if _register(spark, _JOINT_HISTOGRAM, register) else None
+    return name if _register(spark, _OBSERVATION, register) else None

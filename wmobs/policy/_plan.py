@@ -17,8 +17,11 @@ from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
+    STRUCT_COLUMN,
     bounds_us,
     histogram_index,
+    histogram_sum_column,
+    joint_histogram_column,
     joint_histogram_counts,
     joint_histogram_index,
     policy_column,
@@ -112,14 +115,8 @@ class _Plan:
                 staged = staged.unionByName(self._heartbeat(staged, self.checkpoint))
         else:
             staged = self._substream_out_of_order(df)
-        distributions: list[Column] = []
-        if self.policy.distributions:
-            staged, distributions = self._distributions(staged, idle)
-        observed = staged.observe(
-            self.policy.observation_name,
-            *self._counts(staged, sink is not None, idle),
-            *distributions,
-        )
+        staged, observations = self._observations(staged, sink is not None, idle)
+        observed = staged.observe(self.policy.observation_name, *observations)
         if sink is None:
             kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
         else:
@@ -394,15 +391,46 @@ class _Plan:
         }[name]
         return configured is not None and _PAST_TENSE[configured] == action
 
+    def _observations(
+        self, staged: DataFrame, dead_letters: bool, idle: bool
+    ) -> tuple[DataFrame, list[Column]]:
+        """What ``observe`` counts, and ``staged`` with what it needs: one aggregate of wmobs'
+        JAR where the session has loaded it (:mod:`wmobs.policy._jvm`), else one Spark
+        aggregate per column."""
+        jvm = self._jvm_observation(staged, dead_letters, idle)
+        if jvm is not None:
+            return staged, [jvm]
+        counts = self._counts(staged, dead_letters, idle)
+        if not self.policy.distributions:
+            return staged, counts
+        staged, distributions = self._distributions(staged, idle)
+        return staged, [*counts, *distributions]
+
+    def _counted(self) -> list[tuple[str, int]]:
+        """``(column, verdict bit)`` of every verdict this policy can give."""
+        return [
+            (policy_column(name, action), bit)
+            for (name, action), bit in VERDICT_BITS.items()
+            if self._can_happen(name, action)
+        ]
+
+    def _event_time(self, staged: DataFrame) -> Column:
+        """Each row's event time (µs): parsed again only where there is no arrival column."""
+        from pyspark.sql import functions as F
+
+        event = self._event_micros(staged)
+        if ARRIVAL in staged.columns:
+            event = F.coalesce(F.col(ARRIVAL) - F.col(DELAY), event)
+        return event
+
     def _counts(self, staged: DataFrame, dead_letters: bool, idle: bool) -> list[Column]:
         """The verdict counts, and this input's watermark and largest event time (µs)."""
         from pyspark.sql import functions as F
 
         verdict = F.col(VERDICT)
         counts = [
-            F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(policy_column(name, action))
-            for (name, action), bit in VERDICT_BITS.items()
-            if self._can_happen(name, action)
+            F.count_if(verdict.bitwiseAND(F.lit(bit)) != 0).alias(column)
+            for column, bit in self._counted()
         ]
         if dead_letters:  # the stage after this one hands every dropped row over, or fails
             dropped = verdict.bitwiseAND(F.lit(DROPPED_BITS)) != 0
@@ -413,30 +441,58 @@ class _Plan:
         # Synthetic rows move the input's clock (its watermark), but are no events.
         kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
         real = _real_rows(idle)
-        event = self._event_micros(staged)
-        if ARRIVAL in staged.columns:  # the event time, parsed again only without an arrival
-            event = F.coalesce(F.col(ARRIVAL) - F.col(DELAY), event)
         tolerance = F.lit(self.tolerances.out_of_order_us)
         counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
+        event = self._event_time(staged)
         counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
         return counts
 
-    def _distributions(self, staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
-        """The aggregates that count each row's arrival delay and lateness in their joint
-        buckets, and ``staged`` with what they need: wmobs' JVM aggregate where the session
-        has loaded its JAR (:mod:`wmobs.policy._jvm`), else ``histogram_numeric`` of the joint
-        bucket index, computed in generated code before ``observe``."""
+    def _jvm_observation(self, staged: DataFrame, dead_letters: bool, idle: bool) -> Column | None:
+        """The columns of :meth:`_counts` and :meth:`_distributions` as fields of one struct,
+        counted by one aggregate of wmobs' JAR; None where the session has not loaded it."""
         from pyspark.sql import functions as F
 
-        from wmobs.policy._jvm import joint_histogram_function
+        from wmobs.policy._jvm import observation_function
+
+        histograms = ("arrival_delay", "lateness")
+        distributions = self.policy.distributions
+        spec = {
+            "counts": self._counted(),
+            "dropped_bits": DROPPED_BITS,
+            "dead_letters": DEAD_LETTER_COLUMN if dead_letters else None,
+            "firings": IDLE_TIMEOUT_COLUMN if idle else None,
+            "watermark": INPUT_WATERMARK_COLUMN,
+            "event_time": INPUT_EVENT_TIME_COLUMN,
+            "tolerance_us": self.tolerances.out_of_order_us,
+            "histogram": {
+                "buckets": joint_histogram_column(histograms),
+                "sums": [histogram_sum_column(h) for h in histograms],
+                "bounds": [bounds_us(h) for h in histograms],
+            }
+            if distributions
+            else None,
+        }
+        function = observation_function(staged.sparkSession, spec)
+        if function is None:
+            return None
+        arguments = [
+            F.col(VERDICT),
+            F.col(TS),
+            self._event_time(staged),
+            F.col(IDLE) if idle else F.lit(REAL),
+            *([F.col(DELAY), F.col(LATENESS)] if distributions else []),
+        ]
+        counted = F.call_function(function, *[a.cast("long") for a in arguments])
+        return counted.alias(STRUCT_COLUMN)
+
+    def _distributions(self, staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
+        """``staged`` with the joint bucket of each row's arrival delay and lateness (computed
+        in generated code, before ``observe``), and the aggregates that count them."""
+        from pyspark.sql import functions as F
 
         real = _real_rows(idle)
         delay, lateness = F.col(DELAY), F.col(LATENESS)
         histograms = ("arrival_delay", "lateness")
-        function = joint_histogram_function(staged.sparkSession, *map(bounds_us, histograms))
-        if function is not None:
-            counts = joint_histogram_counts(histograms, [delay, lateness], real, function=function)
-            return staged, counts
         staged = staged.withColumns(
             {
                 DELAY_BUCKET: histogram_index("arrival_delay", delay, real),

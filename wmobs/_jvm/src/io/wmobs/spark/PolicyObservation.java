@@ -1,0 +1,308 @@
+package io.wmobs.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import org.apache.spark.sql.Encoder;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.expressions.Aggregator;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Everything a time policy observes per micro-batch, as one aggregate function for {@code
+ * observe}: the verdict counts, the dead letters, the idle-timeout firings, the input's
+ * watermark and largest event time, and the two distributions. Its result is a struct whose
+ * fields are the columns that {@code wmobs/policy/_plan.py} otherwise observes one aggregate
+ * each, with the same names, types and values; the listener reads either.
+ *
+ * <p>Spark evaluates every aggregate of {@code observe} row by row outside the stage's
+ * generated code (~20 ns per row and aggregate), and plans each of them again in every
+ * micro-batch; one aggregate does it once. Its arguments, one row each: the verdict bits, the
+ * system timestamp (µs), the event time (µs), the idle-timeout column ({@code -1} for a real
+ * row, a positive number of firings for a synthetic one), and, with the distributions, the
+ * arrival delay and the lateness (µs).
+ *
+ * <p>What is counted, as the columns it replaces ({@code spec}: JSON, see {@link #register}):
+ *
+ * <ul>
+ *   <li>{@code counts}: per {@code [column, bit]}, the rows whose verdict has the bit; {@code
+ *       dead_letters}: the rows with a dropped bit (0 without rows);
+ *   <li>{@code firings}: the sum of the positive idle values (null without rows);
+ *   <li>{@code watermark}: the largest system timestamp of the rows not dropped, minus {@code
+ *       tolerance_us}; {@code event_time}: the largest event time of those that are real (null
+ *       without any);
+ *   <li>{@code histogram}: for the real rows, the joint buckets of delay and lateness, as {@code
+ *       histogram_numeric}'s points (see {@code JointHistogram}), and each one's sum (null
+ *       without values).
+ * </ul>
+ */
+public final class PolicyObservation extends Aggregator<Row, PolicyObservation.State, Row> {
+  private static final long serialVersionUID = 1L;
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final String[] countColumns;
+  private final long[] countBits;
+  private final long droppedBits;
+  private final String deadLetterColumn;
+  private final String firingsColumn;
+  private final String watermarkColumn;
+  private final String eventTimeColumn;
+  private final long toleranceUs;
+  private final String bucketsColumn;
+  private final String[] sumColumns;
+  private final long[] first;
+  private final long[] second;
+  private final StructType input;
+  private final StructType output;
+
+  private PolicyObservation(JsonNode spec) {
+    JsonNode counts = spec.get("counts");
+    countColumns = new String[counts.size()];
+    countBits = new long[counts.size()];
+    for (int i = 0; i < counts.size(); i++) {
+      countColumns[i] = counts.get(i).get(0).asText();
+      countBits[i] = counts.get(i).get(1).asLong();
+    }
+    droppedBits = spec.get("dropped_bits").asLong();
+    deadLetterColumn = text(spec, "dead_letters");
+    firingsColumn = text(spec, "firings");
+    watermarkColumn = spec.get("watermark").asText();
+    eventTimeColumn = spec.get("event_time").asText();
+    toleranceUs = spec.get("tolerance_us").asLong();
+    JsonNode histogram = spec.get("histogram");
+    boolean distributions = histogram != null && !histogram.isNull();
+    bucketsColumn = distributions ? histogram.get("buckets").asText() : null;
+    sumColumns =
+        distributions
+            ? new String[] {histogram.get("sums").get(0).asText(), histogram.get("sums").get(1).asText()}
+            : new String[0];
+    first = distributions ? bounds(histogram.get("bounds").get(0)) : new long[0];
+    second = distributions ? bounds(histogram.get("bounds").get(1)) : new long[0];
+
+    List<StructField> in = new ArrayList<>();
+    for (String name : new String[] {"verdict", "ts", "event", "idle", "delay", "lateness"}) {
+      if (distributions || !(name.equals("delay") || name.equals("lateness"))) {
+        in.add(DataTypes.createStructField(name, DataTypes.LongType, true));
+      }
+    }
+    input = DataTypes.createStructType(in);
+    List<StructField> out = new ArrayList<>();
+    for (String column : countColumns) {
+      out.add(DataTypes.createStructField(column, DataTypes.LongType, false));
+    }
+    if (deadLetterColumn != null) {
+      out.add(DataTypes.createStructField(deadLetterColumn, DataTypes.LongType, false));
+    }
+    if (firingsColumn != null) {
+      out.add(DataTypes.createStructField(firingsColumn, DataTypes.LongType, true));
+    }
+    out.add(DataTypes.createStructField(watermarkColumn, DataTypes.LongType, true));
+    out.add(DataTypes.createStructField(eventTimeColumn, DataTypes.LongType, true));
+    if (distributions) {
+      StructType point =
+          DataTypes.createStructType(
+              new StructField[] {
+                DataTypes.createStructField("x", DataTypes.DoubleType, false),
+                DataTypes.createStructField("y", DataTypes.DoubleType, false)
+              });
+      DataType points = DataTypes.createArrayType(point, false);
+      out.add(DataTypes.createStructField(bucketsColumn, points, true));
+      for (String column : sumColumns) {
+        out.add(DataTypes.createStructField(column, DataTypes.LongType, true));
+      }
+    }
+    output = DataTypes.createStructType(out);
+  }
+
+  private static String text(JsonNode spec, String field) {
+    JsonNode node = spec.get(field);
+    return node == null || node.isNull() ? null : node.asText();
+  }
+
+  private static long[] bounds(JsonNode values) {
+    long[] parsed = new long[values.size()];
+    for (int i = 0; i < parsed.length; i++) {
+      parsed[i] = values.get(i).asLong();
+      if (i > 0 && parsed[i] <= parsed[i - 1]) {
+        throw new IllegalArgumentException("wmobs: bounds must ascend: " + values);
+      }
+    }
+    return parsed;
+  }
+
+  /**
+   * Registers the function as {@code name} in {@code spark}. {@code spec}: a JSON object with
+   * {@code counts} ({@code [[column, bit], ...]}), {@code dropped_bits}, {@code dead_letters}
+   * and {@code firings} (a column name or null), {@code watermark} and {@code event_time}
+   * (column names), {@code tolerance_us}, and {@code histogram} (null, or {@code buckets} and
+   * {@code sums}: column names, {@code bounds}: two ascending lists of µs).
+   */
+  public static void register(SparkSession spark, String name, String spec) throws Exception {
+    PolicyObservation observation = new PolicyObservation(JSON.readTree(spec));
+    spark.udf().register(name, functions.udaf(observation, Encoders.row(observation.input)));
+  }
+
+  /** What one task has counted. */
+  public static final class State implements Serializable {
+    private static final long serialVersionUID = 1L;
+    long rows;
+    long[] counts;
+    long deadLetters;
+    long firings;
+    long maxTs = Long.MIN_VALUE;
+    boolean anyTs;
+    long maxEvent = Long.MIN_VALUE;
+    boolean anyEvent;
+    long[] buckets;
+    long[] sums = new long[2];
+    boolean[] anySum = new boolean[2];
+  }
+
+  @Override
+  public State zero() {
+    State state = new State();
+    state.counts = new long[countBits.length];
+    state.buckets = new long[bucketsColumn == null ? 0 : (first.length + 2) * (second.length + 2)];
+    return state;
+  }
+
+  private static Long value(Row row, int index) {
+    return row.isNullAt(index) ? null : row.getLong(index);
+  }
+
+  /** The bucket of {@code value} among {@code bounds}, or their bucket count for null. */
+  private static int digit(long[] bounds, Long value) {
+    if (value == null) {
+      return bounds.length + 1;
+    }
+    int found = Arrays.binarySearch(bounds, value);
+    return found >= 0 ? found : -found - 1;
+  }
+
+  @Override
+  public State reduce(State state, Row row) {
+    state.rows += 1;
+    Long idle = value(row, 3);
+    boolean real = idle != null && idle == -1L;  // the column's value for a real row
+    if (idle != null && idle > 0) {
+      state.firings += idle;
+    }
+    if (!row.isNullAt(0)) {
+      long verdict = row.getLong(0);
+      for (int i = 0; i < countBits.length; i++) {
+        if ((verdict & countBits[i]) != 0) {
+          state.counts[i] += 1;
+        }
+      }
+      if ((verdict & droppedBits) != 0) {
+        state.deadLetters += 1;
+      } else {
+        Long ts = value(row, 1);
+        if (ts != null && (!state.anyTs || ts > state.maxTs)) {
+          state.maxTs = ts;
+          state.anyTs = true;
+        }
+        Long event = real ? value(row, 2) : null;
+        if (event != null && (!state.anyEvent || event > state.maxEvent)) {
+          state.maxEvent = event;
+          state.anyEvent = true;
+        }
+      }
+    }
+    if (bucketsColumn != null && real) {
+      Long delay = value(row, 4);
+      Long lateness = value(row, 5);
+      if (delay != null || lateness != null) {
+        state.buckets[digit(first, delay) * (second.length + 2) + digit(second, lateness)] += 1;
+      }
+      add(state, 0, delay);
+      add(state, 1, lateness);
+    }
+    return state;
+  }
+
+  private static void add(State state, int index, Long value) {
+    if (value != null) {
+      state.sums[index] = Math.addExact(state.sums[index], value);
+      state.anySum[index] = true;
+    }
+  }
+
+  @Override
+  public State merge(State a, State b) {
+    a.rows += b.rows;
+    for (int i = 0; i < a.counts.length; i++) {
+      a.counts[i] += b.counts[i];
+    }
+    a.deadLetters += b.deadLetters;
+    a.firings += b.firings;
+    if (b.anyTs && (!a.anyTs || b.maxTs > a.maxTs)) {
+      a.maxTs = b.maxTs;
+      a.anyTs = true;
+    }
+    if (b.anyEvent && (!a.anyEvent || b.maxEvent > a.maxEvent)) {
+      a.maxEvent = b.maxEvent;
+      a.anyEvent = true;
+    }
+    for (int i = 0; i < a.buckets.length; i++) {
+      a.buckets[i] += b.buckets[i];
+    }
+    for (int i = 0; i < 2; i++) {
+      if (b.anySum[i]) {
+        a.sums[i] = Math.addExact(a.sums[i], b.sums[i]);
+        a.anySum[i] = true;
+      }
+    }
+    return a;
+  }
+
+  @Override
+  public Row finish(State state) {
+    List<Object> values = new ArrayList<>();
+    for (long count : state.counts) {
+      values.add(count);
+    }
+    if (deadLetterColumn != null) {
+      values.add(state.deadLetters);
+    }
+    if (firingsColumn != null) {
+      values.add(state.rows == 0 ? null : state.firings);
+    }
+    values.add(state.anyTs ? state.maxTs - toleranceUs : null);
+    values.add(state.anyEvent ? state.maxEvent : null);
+    if (bucketsColumn != null) {
+      List<Row> points = new ArrayList<>();
+      for (int i = 0; i < state.buckets.length; i++) {
+        if (state.buckets[i] != 0) {
+          points.add(RowFactory.create((double) i, (double) state.buckets[i]));
+        }
+      }
+      values.add(CollectionConverters.asScala(points));  // a Row holds arrays as Seq
+      for (int i = 0; i < 2; i++) {
+        values.add(state.anySum[i] ? state.sums[i] : null);
+      }
+    }
+    return RowFactory.create(values.toArray());
+  }
+
+  @Override
+  public Encoder<State> bufferEncoder() {
+    return Encoders.javaSerialization(State.class);
+  }
+
+  @Override
+  public Encoder<Row> outputEncoder() {
+    return Encoders.row(output);
+  }
+}
