@@ -365,3 +365,25 @@ def test_a_bucket_index_a_rounding_error_off_is_read_rounded() -> None:
     )
     assert int(below) == 2  # what truncation would have counted
     assert counts.histograms[("p", "lateness")].buckets[2:5] == [0, 6, 2]
+
+
+def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
+    """wmobs' JAR observes a policy's columns as fields of one struct, ``columns``: they count
+    as if observed one by one, in a Row as in progress JSON."""
+    from pyspark.sql import Row
+
+    flat = {
+        "policy:late_arrival:adjusted": 3,
+        "dead_letter_rows": 1,
+        "input_watermark_us": 5_000_000,
+        "input_event_time_us": None,
+        "hist:arrival_delay*lateness:buckets": [{"x": 21.0, "y": 2.0}],
+        "hist:arrival_delay:sum_us": 7,
+        "hist:lateness:sum_us": None,
+    }
+    expected = parse_observed_metrics({"wmobs.policy.p": flat})
+    assert expected.policy_events[("late_arrival", "adjusted")] == 3
+    as_json = parse_observed_metrics({"wmobs.policy.p": {"columns": flat}})
+    as_row = parse_observed_metrics({"wmobs.policy.p": Row(columns=Row(**flat))})
+    assert as_json == expected == as_row
+    assert not as_row.unknown_columns

@@ -43,8 +43,10 @@ import scala.jdk.javaapi.CollectionConverters;
  *       tolerance_us}; {@code event_time}: the largest event time of those that are real (null
  *       without any);
  *   <li>{@code histogram}: for the real rows, the joint buckets of delay and lateness, as {@code
- *       histogram_numeric}'s points (see {@code JointHistogram}), and each one's sum (null
- *       without values).
+ *       histogram_numeric}'s points of the joint index: a value's bucket is the number of bounds
+ *       below it (the last bucket is above every bound), a null's its histogram's bucket count,
+ *       the index {@code delayBucket * (latenessBuckets + 1) + latenessBucket}, rows without
+ *       either value not counted; and each one's sum (null without values).
  * </ul>
  */
 public final class PolicyObservation extends Aggregator<Row, PolicyObservation.State, Row> {
