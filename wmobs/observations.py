@@ -18,7 +18,7 @@ column                             exported as
 ``hist:<h>:buckets``               ``wmobs_event_<h>_seconds_bucket{policy, le}``, ``_count``
 ``hist:<h1>*<h2>:buckets``         the same, for both histograms from one column
 ``hist:<h>:sum_us``                ``wmobs_event_<h>_seconds_sum``
-``columns`` (a struct)             each of its fields, as if it were a column
+``columns`` (JSON text or struct)  each of its members, as if it were a column
 =================================  ===================================================
 
 Histograms ``<h>`` (:data:`HISTOGRAMS`) are ``arrival_delay`` (arrival time - event time of
@@ -56,6 +56,7 @@ counts as 0. Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -94,8 +95,8 @@ ACTIONS: tuple[str, ...] = ("adjusted", "dropped")
 DEAD_LETTER_COLUMN = "dead_letter_rows"
 IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
 STRUCT_COLUMN = "columns"
-"""A struct whose fields are columns of the observation (how wmobs' JAR observes them all at
-once, :mod:`wmobs.policy._jvm`): read as if they were its own."""
+"""A JSON object (text) or a struct whose members are columns of the observation (how wmobs'
+JAR observes them all at once, :mod:`wmobs.policy._jvm`): read as if they were its own."""
 _POSITIVE = (
     0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
     21600.0, 86400.0,
@@ -332,6 +333,8 @@ def observation_columns(row: Any) -> dict[str, Any]:
     of its :data:`STRUCT_COLUMN` among them."""
     items = dict(row.asDict() if hasattr(row, "asDict") else row)
     struct = items.pop(STRUCT_COLUMN, None)  # the columns, as wmobs' JAR observes them
+    if isinstance(struct, str):
+        struct = json.loads(struct)
     if struct is not None:
         items.update(struct.asDict() if hasattr(struct, "asDict") else struct)
     return items

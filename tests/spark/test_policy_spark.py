@@ -660,8 +660,8 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
         indexes = [histogram_index(h, v, valid) for h, v in zip(names, values, strict=True)]
         df = df.withColumn("index", joint_histogram_index(names, indexes))
         counts = joint_histogram_counts(names, values, valid, index="index")
-    row = df.select(*counts).first().asDict(recursive=True)
-    points = row.get("columns", row)["hist:arrival_delay*lateness:buckets"]
+    row = observation_columns(df.select(*counts).first().asDict(recursive=True))
+    points = row["hist:arrival_delay*lateness:buckets"]
     assert len({p["x"] for p in points}) > 300  # most of the 494 joint buckets
     parsed = parse_observed_metrics({"wmobs.policy.p": row}).histograms
     assert {h: parsed[("p", h)].buckets for h in names} == expected

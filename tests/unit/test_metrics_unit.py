@@ -368,8 +368,9 @@ def test_a_bucket_index_a_rounding_error_off_is_read_rounded() -> None:
 
 
 def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
-    """wmobs' JAR observes a policy's columns as fields of one struct, ``columns``: they count
-    as if observed one by one, in a Row as in progress JSON."""
+    """wmobs' JAR observes a policy's columns as members of one JSON object, ``columns``: they
+    count as if observed one by one (a struct is read the same way, in a Row as in progress
+    JSON)."""
     from pyspark.sql import Row
 
     flat = {
@@ -385,5 +386,6 @@ def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
     assert expected.policy_events[("late_arrival", "adjusted")] == 3
     as_json = parse_observed_metrics({"wmobs.policy.p": {"columns": flat}})
     as_row = parse_observed_metrics({"wmobs.policy.p": Row(columns=Row(**flat))})
-    assert as_json == expected == as_row
-    assert not as_row.unknown_columns
+    as_text = parse_observed_metrics({"wmobs.policy.p": Row(columns=json.dumps(flat))})
+    assert as_json == expected == as_row == as_text
+    assert not as_text.unknown_columns
