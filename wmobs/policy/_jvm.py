@@ -1,18 +1,18 @@
-"""wmobs' JVM part (``wmobs/_jvm/src/io/wmobs/spark/``), two kinds of SQL function evaluated in
-the tasks: the micro-batch's watermark and timestamp (``BatchTimes.java``), and one aggregate
-of everything a time policy observes (``PolicyObservation.java``).
+"""wmobs' JVM part (``wmobs/_jvm/src/io/wmobs/spark/``): SQL functions evaluated in the tasks.
+Wherever the JAR is not loaded (Spark Connect, or a session started without it), the time
+policies fall back to Python and Spark's own functions.
 
-Without the JAR each of the policy's counts is an aggregate of its own in ``observe``, which
-Spark evaluates row by row outside generated code and plans again in every micro-batch; with
-it, one aggregate counts them all (README "Performance").
+- The micro-batch's watermark and timestamp (``BatchTimes.java``). Without the JAR, the
+  global time policy reads them with a one-row Python data source broadcast into the plan
+  (:mod:`wmobs.policy._watermark_source`): a Spark job of its own in every micro-batch, 23-42
+  ms of a small one. With the JAR on the session's classpath (``spark.jars``), every task
+  reads ``offsets/<batchId>`` itself, once per executor and micro-batch, with the session's
+  Hadoop configuration: the plan has no job, no broadcast, no join for it.
+- Everything a time policy observes, as one aggregate (``PolicyObservation.java``). Without
+  the JAR each count is an aggregate of its own in ``observe``; Spark evaluates each one row
+  by row outside generated code and plans it again in every micro-batch.
 
-Without it, the global time policy reads them with a one-row Python data source broadcast
-into the plan (:mod:`wmobs.policy._watermark_source`): a Spark job of its own in every
-micro-batch, 23-42 ms of a small one (README "Performance"). With the JAR on the session's classpath
-(``spark.jars``), every task reads ``offsets/<batchId>`` itself, once per executor and
-micro-batch, with the session's Hadoop configuration. The plan has no job, no broadcast, no
-join for it. The Python source remains the fallback wherever the JAR is not loaded: Spark
-Connect, or a session started without it.
+README "Performance" has the measurements.
 
 :func:`jar` builds the JAR with the JDK's ``javac`` against the installed PySpark's jars (a few
 seconds, once, and again only when the source changes).

@@ -448,8 +448,9 @@ class _Plan:
         return counts
 
     def _jvm_observation(self, staged: DataFrame, dead_letters: bool, idle: bool) -> Column | None:
-        """The columns of :meth:`_counts` and :meth:`_distributions` as fields of one struct,
-        counted by one aggregate of wmobs' JAR; None where the session has not loaded it."""
+        """The columns of :meth:`_counts` and :meth:`_distributions` as members of one JSON
+        object (:data:`~wmobs.observations.STRUCT_COLUMN`), counted by one aggregate of wmobs'
+        JAR; None where the session has not loaded it."""
         from pyspark.sql import functions as F
 
         from wmobs.policy._jvm import observation_function
