@@ -754,14 +754,15 @@ def main() -> None:
         "--plot", type=Path, default=None, help="latency: write the distributions as a PNG"
     )
     parser.add_argument("--queries", type=int, default=100, help="scrape: active queries")
+    variants = list(_policy_makers(Path("unused")))  # their names: nothing runs yet
     parser.add_argument(
         "--variant",
         action="append",
         default=None,
-        choices=list(_policy_makers(Path("unused"))),
+        choices=variants,
         metavar="VARIANT",
         help="policy, breakdown: the variants to run; latency: variants to add (repeatable); "
-        "one of: " + "; ".join(_policy_makers(Path("unused"))),
+        "one of: " + "; ".join(variants),
     )
     parser.add_argument(
         "--trigger", type=float, default=0.5, help="idle latency: trigger interval, seconds"
