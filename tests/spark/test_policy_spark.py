@@ -197,7 +197,7 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
 
 @contextlib.contextmanager
 def without_jar() -> Iterator[None]:
-    """Policies applied inside as if the session had not loaded wmobs' JAR: the batch's times
+    """Policies applied in this block as if the session had not loaded wmobs' JAR: the batch's times
     from the Python data source, one Spark aggregate per observed column."""
     with (
         mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
@@ -208,7 +208,7 @@ def without_jar() -> Iterator[None]:
 
 @pytest.mark.parametrize("read", ["jvm", "python"])
 def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, read: str) -> None:
-    """Both ways of reading the batch's times and counting the distributions: wmobs' JAR
+    """Both ways of reading the batch's times and counting what the policy observes: wmobs' JAR
     (loaded by the test session) and what a session without it falls back to."""
     for row in worked_rows():
         write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
