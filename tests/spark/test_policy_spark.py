@@ -197,8 +197,8 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
 
 @contextlib.contextmanager
 def without_jar() -> Iterator[None]:
-    """Policies applied in this block as if the session had not loaded wmobs' JAR: the batch's times
-    from the Python data source, one Spark aggregate per observed column."""
+    """Policies applied in this block as if the session had not loaded wmobs' JAR: the batch's
+    times from the Python data source, one Spark aggregate per observed column."""
     with (
         mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
         mock.patch.object(_jvm, "observation_function", lambda *_: None),
