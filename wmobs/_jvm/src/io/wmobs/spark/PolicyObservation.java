@@ -135,13 +135,11 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     long[] counts;
     long deadLetters;
     long firings;
-    long maxTs = Long.MIN_VALUE;
-    boolean anyTs;
-    long maxEvent = Long.MIN_VALUE;
-    boolean anyEvent;
+    // The rest: null until a value is seen.
+    Long maxTs;
+    Long maxEvent;
     long[] buckets;
-    long[] sums = new long[2];
-    boolean[] anySum = new boolean[2];
+    Long[] sums = new Long[2];
   }
 
   @Override
@@ -183,16 +181,8 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
       if ((verdict & droppedBits) != 0) {
         state.deadLetters += 1;
       } else {
-        Long ts = value(row, 1);
-        if (ts != null && (!state.anyTs || ts > state.maxTs)) {
-          state.maxTs = ts;
-          state.anyTs = true;
-        }
-        Long event = real ? value(row, 2) : null;
-        if (event != null && (!state.anyEvent || event > state.maxEvent)) {
-          state.maxEvent = event;
-          state.anyEvent = true;
-        }
+        state.maxTs = max(state.maxTs, value(row, 1));
+        state.maxEvent = real ? max(state.maxEvent, value(row, 2)) : state.maxEvent;
       }
     }
     if (bucketsColumn != null && real) {
@@ -201,17 +191,20 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
       if (delay != null || lateness != null) {
         state.buckets[digit(first, delay) * (second.length + 2) + digit(second, lateness)] += 1;
       }
-      add(state, 0, delay);
-      add(state, 1, lateness);
+      state.sums[0] = plus(state.sums[0], delay);
+      state.sums[1] = plus(state.sums[1], lateness);
     }
     return state;
   }
 
-  private static void add(State state, int index, Long value) {
-    if (value != null) {
-      state.sums[index] = Math.addExact(state.sums[index], value);
-      state.anySum[index] = true;
-    }
+  /** The larger of two values, either of which may be missing (null). */
+  private static Long max(Long a, Long b) {
+    return a == null ? b : b == null ? a : Long.valueOf(Math.max(a, b));
+  }
+
+  /** The sum of two values, either of which may be missing (null); overflow fails the task. */
+  private static Long plus(Long a, Long b) {
+    return a == null ? b : b == null ? a : Long.valueOf(Math.addExact(a, b));
   }
 
   @Override
@@ -222,22 +215,13 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     }
     a.deadLetters += b.deadLetters;
     a.firings += b.firings;
-    if (b.anyTs && (!a.anyTs || b.maxTs > a.maxTs)) {
-      a.maxTs = b.maxTs;
-      a.anyTs = true;
-    }
-    if (b.anyEvent && (!a.anyEvent || b.maxEvent > a.maxEvent)) {
-      a.maxEvent = b.maxEvent;
-      a.anyEvent = true;
-    }
+    a.maxTs = max(a.maxTs, b.maxTs);
+    a.maxEvent = max(a.maxEvent, b.maxEvent);
     for (int i = 0; i < a.buckets.length; i++) {
       a.buckets[i] += b.buckets[i];
     }
     for (int i = 0; i < 2; i++) {
-      if (b.anySum[i]) {
-        a.sums[i] = Math.addExact(a.sums[i], b.sums[i]);
-        a.anySum[i] = true;
-      }
+      a.sums[i] = plus(a.sums[i], b.sums[i]);
     }
     return a;
   }
@@ -254,8 +238,8 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     if (firingsColumn != null) {
       columns.put(firingsColumn, state.rows == 0 ? null : state.firings);
     }
-    columns.put(watermarkColumn, state.anyTs ? state.maxTs - toleranceUs : null);
-    columns.put(eventTimeColumn, state.anyEvent ? state.maxEvent : null);
+    columns.put(watermarkColumn, state.maxTs == null ? null : state.maxTs - toleranceUs);
+    columns.put(eventTimeColumn, state.maxEvent);
     if (bucketsColumn != null) {
       ArrayNode points = columns.putArray(bucketsColumn);
       for (int i = 0; i < state.buckets.length; i++) {
@@ -264,7 +248,7 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
         }
       }
       for (int i = 0; i < 2; i++) {
-        columns.put(sumColumns[i], state.anySum[i] ? state.sums[i] : null);
+        columns.put(sumColumns[i], state.sums[i]);
       }
     }
     return columns.toString();
