@@ -259,8 +259,10 @@ def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path) -> Any:
 
 
 def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path) -> None:
-    """Kept rows stay in the JVM, dropped ones reach Python in a text form; what lands is what
-    came in, value for value and of the Arrow types the every-row plan (``mapInArrow``) gives."""
+    """Three plans, one result: wmobs' JAR writes the Parquet file (no row crosses into
+    Python); dropped rows reach Python in a text form, kept rows stay in the JVM; every row
+    crosses (``mapInArrow``). What lands is what came in, value for value, of the Arrow types
+    the every-row plan gives."""
     from unittest import mock
 
     from pyspark.sql import functions as F
@@ -271,19 +273,30 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
         stream, checkpoint_location=str(tmp_path / "plan"), dead_letter=str(tmp_path / "x")
     )
     plan = applied._jdf.queryExecution().analyzed().toString()
-    assert "MapInArrow" not in plan and "hand_over" in plan  # the cheaper plan
+    assert "MapInArrow" not in plan and "hand_over" not in plan  # the JVM's plan
+    assert "wmobs_dead_letters_" in plan
 
-    fast = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "fast")
-    with mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None):
-        every_row = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "slow")
+    no_jvm = mock.patch("wmobs.policy.deadletter.dead_letter_writer", lambda *a, **k: None)
+    no_text = mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None)
+    jvm = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "jvm")
+    with no_jvm:
+        text = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "text")
+        applied = TimePolicy(event_time="ts", arrival_time=None).apply(
+            stream, checkpoint_location=str(tmp_path / "plan1"), dead_letter=str(tmp_path / "w")
+        )
+        assert "hand_over" in applied._jdf.queryExecution().analyzed().toString()
+        with no_text:
+            every_row = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "slow")
 
-    assert fast.schema == every_row.schema
     columns = expected.column_names
-    # repr: NaN equals NaN there, and -0.0 differs from 0.0
-    assert repr(fast.select(columns).to_pylist()) == repr(every_row.select(columns).to_pylist())
-    as_written = expected.cast(fast.select(columns).schema)  # the session's time zone
-    assert repr(fast.select(columns).to_pylist()) == repr(as_written.to_pylist())
-    assert fast.column("wmobs_policy").to_pylist() == ["invalid_time"] * 5
+    as_written = expected.cast(every_row.select(columns).schema)  # the session's time zone
+    for fast in (jvm, text):
+        assert fast.schema == every_row.schema
+        # repr: NaN equals NaN there, and -0.0 differs from 0.0
+        assert repr(fast.to_pylist()) == repr(every_row.to_pylist())
+        assert repr(fast.select(columns).to_pylist()) == repr(as_written.to_pylist())
+        assert fast.column("wmobs_policy").to_pylist() == ["invalid_time"] * 5
+        assert fast.column("wmobs_batch_id").to_pylist() == [0] * 5
 
     # A column without an exact text form (here a map) takes the every-row plan.
     nested = stream.withColumn("m", F.create_map(F.col("str"), F.col("l")))

@@ -198,10 +198,12 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
 @contextlib.contextmanager
 def without_jar() -> Iterator[None]:
     """Policies applied in this block as if the session had not loaded wmobs' JAR: the batch's
-    times from the Python data source, one Spark aggregate per observed column."""
+    times from the Python data source, one Spark aggregate per observed column, dead letters
+    handed to Python."""
     with (
         mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
         mock.patch.object(_jvm, "observation_function", lambda *_: None),
+        mock.patch.object(_jvm, "dead_letter_function", lambda *_: None),
     ):
         yield
 
@@ -488,13 +490,14 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy().apply(stream.withColumn("wmobs_watermark_ms", stream.id))
 
 
-@pytest.mark.parametrize("dead_letters", ["text forms", "mapInArrow"])
+@pytest.mark.parametrize("dead_letters", ["jvm", "text forms", "mapInArrow"])
 def test_dotted_column_names_with_substreams_and_dead_letters(
     spark: Any, tmp_path: Path, dead_letters: str
 ) -> None:
     """Columns with a '.' in their name keep it in the output and in the dead letters, through
-    the substream stage and both dead-letter plans (an array column has no exact text form:
-    every row then crosses into Python with ``mapInArrow``)."""
+    the substream stage and the three dead-letter plans (written by wmobs' JAR; handed to
+    Python as text; an array column has no flat form: every row then crosses into Python with
+    ``mapInArrow``)."""
     import pyarrow.dataset as ds
 
     rows = [
@@ -506,11 +509,18 @@ def test_dotted_column_names_with_substreams_and_dead_letters(
     schema = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, dev STRING, tags ARRAY<INT>"
     stream = spark.readStream.schema(schema).json(str(tmp_path / "in"))
     stream = stream.withColumnsRenamed({"dev": "device.id", "id": "event.id"})
-    if dead_letters == "text forms":
+    if dead_letters != "mapInArrow":
         stream = stream.drop("tags")
     policy = TimePolicy(substream_by=["device.id"], name=f"dotted_{dead_letters[:4]}")
     checkpoint = str(tmp_path / "ckpt")
-    out = policy.apply(stream, checkpoint_location=checkpoint, dead_letter=str(tmp_path / "dead"))
+    with contextlib.ExitStack() as plan:
+        if dead_letters == "text forms":
+            plan.enter_context(mock.patch.object(_jvm, "dead_letter_function", lambda *_: None))
+        out = policy.apply(
+            stream, checkpoint_location=checkpoint, dead_letter=str(tmp_path / "dead")
+        )
+    applied = out._jdf.queryExecution().analyzed().toString()
+    assert ("wmobs_dead_letters_" in applied) == (dead_letters == "jvm")
     assert out.columns == [*stream.columns, "system_timestamp"]
     name = f"dotted_{dead_letters.replace(' ', '_')}"
     query = (

@@ -11,6 +11,9 @@ policies fall back to Python and Spark's own functions.
 - Everything a time policy observes, as one aggregate (``PolicyObservation.java``). Without
   the JAR each count is an aggregate of its own in ``observe``; Spark evaluates each one row
   by row outside generated code and plans it again in every micro-batch.
+- Dead letters to a Parquet directory (``DeadLetterWriter.java``): a function called only for
+  dropped rows, which writes each task's file with Hadoop. Without the JAR every row passes
+  through a Python UDF's queue (:mod:`wmobs.policy.deadletter`).
 
 README "Performance" has the measurements.
 
@@ -35,6 +38,7 @@ __all__ = [
     "JAR_NAME",
     "JarBuildError",
     "batch_time_functions",
+    "dead_letter_function",
     "jar",
     "observation_function",
 ]
@@ -42,6 +46,7 @@ __all__ = [
 JAR_NAME = "wmobs-spark.jar"
 _BATCH_TIMES = "io.wmobs.spark.BatchTimes"
 _OBSERVATION = "io.wmobs.spark.PolicyObservation"
+_DEAD_LETTERS = "io.wmobs.spark.DeadLetterWriter"
 _HOME = Path(__file__).resolve().parent.parent / "_jvm"
 _SOURCES = _HOME / "src"
 
@@ -179,15 +184,28 @@ def batch_time_functions(spark: Any, checkpoint: str) -> tuple[str, str] | None:
     return names if _register(spark, _BATCH_TIMES, register) else None
 
 
-def observation_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
-    """Registers wmobs' aggregate of everything a time policy observes (``PolicyObservation``,
-    ``spec`` as its ``register`` documents) and returns its name; None where the session
-    cannot load wmobs' JAR (the caller observes one Spark aggregate per column instead)."""
+def _spec_function(spark: Any, class_name: str, prefix: str, spec: Mapping[str, Any]) -> str | None:
+    """Registers wmobs' function ``class_name`` for ``spec`` (JSON, as its ``register``
+    documents) and returns its name, one per spec; None where it cannot be loaded."""
     text = json.dumps(spec, sort_keys=True)
-    # One name per spec: the same function for every policy of the session that needs it.
-    name = "wmobs_observation_" + hashlib.sha1(text.encode()).hexdigest()[:12]
+    name = prefix + hashlib.sha1(text.encode()).hexdigest()[:12]
 
     def register(cls: Any) -> None:
         cls.register(spark._jsparkSession, name, text)
 
-    return name if _register(spark, _OBSERVATION, register) else None
+    return name if _register(spark, class_name, register) else None
+
+
+def dead_letter_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
+    """Registers wmobs' dead-letter writer (``DeadLetterWriter``, ``spec`` as its ``register``
+    documents) and returns its name; None where the session cannot load wmobs' JAR or Hadoop
+    has no filesystem for the directory (the caller hands dropped rows to Python instead)."""
+    return _spec_function(spark, _DEAD_LETTERS, "wmobs_dead_letters_", spec)
+
+
+def observation_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
+    """Registers wmobs' aggregate of everything a time policy observes (``PolicyObservation``,
+    ``spec`` as its ``register`` documents) and returns its name; None where the session
+    cannot load wmobs' JAR (the caller observes one Spark aggregate per column instead)."""
+    # One name per spec: the same function for every policy of the session that needs it.
+    return _spec_function(spark, _OBSERVATION, "wmobs_observation_", spec)

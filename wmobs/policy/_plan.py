@@ -137,28 +137,37 @@ class _Plan:
         self, observed: DataFrame, sink: DeadLetter, schema: StructType, idle: bool
     ) -> DataFrame:
         """The kept rows of ``observed``; the dropped ones, with the input columns of ``schema``,
-        handed to ``sink`` in the same tasks.
-        Kept rows stay in the JVM where every input column has an exact text form
-        (:func:`~wmobs.policy.deadletter.dead_letter_filter`); otherwise every row crosses into
-        Python (:func:`~wmobs.policy.deadletter.dead_letter_stage`)."""
+        handed to ``sink`` in the same tasks, by the cheapest plan that applies
+        (:mod:`wmobs.policy.deadletter`): written by wmobs' JAR
+        (:func:`~wmobs.policy.deadletter.dead_letter_writer`); handed to Python, kept rows
+        staying in the JVM (:func:`~wmobs.policy.deadletter.dead_letter_filter`); every row
+        through Python (:func:`~wmobs.policy.deadletter.dead_letter_stage`)."""
         from pyspark.sql import functions as F
 
-        from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage
+        from wmobs.policy.deadletter import (
+            dead_letter_filter,
+            dead_letter_stage,
+            dead_letter_writer,
+        )
 
         original = {inside: name for name, inside in self.renamed.items()}
-        keep = dead_letter_filter(
+        timezone = _session_conf(observed, "spark.sql.session.timeZone") or "UTC"
+        large = _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
+        large_types = large.lower() == "true"
+        bits = (VERDICT, DROPPED_BITS, DROP_POLICIES)
+        keep = dead_letter_writer(
             sink,
             schema,
-            VERDICT,
-            DROPPED_BITS,
-            DROP_POLICIES,
+            *bits,
+            spark=observed.sparkSession,
+            timezone=timezone,
+            large_types=large_types,
             rename=original,
-            timezone=_session_conf(observed, "spark.sql.session.timeZone") or "UTC",
-            large_types=(
-                _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
-            ).lower()
-            == "true",
         )
+        if keep is None:
+            keep = dead_letter_filter(
+                sink, schema, *bits, timezone=timezone, large_types=large_types, rename=original
+            )
         if keep is not None:
             return observed.filter(keep)
         columns = schema.names

@@ -18,12 +18,18 @@ checkpoint writes the same file again. The stage runs in the same tasks as the p
 ``observe``: the rows counted as ``wmobs_dead_letter_rows_total`` are exactly the rows handed
 to the destination (a task that fails to write fails, and its counts are discarded with it).
 
-Cost: kept rows stay in the JVM; each dropped row crosses into Python as one JSON string of
-exact text forms of its columns, each kept row as one null (:func:`dead_letter_filter`).
-Columns without such a form (nested, maps, intervals, ``TIMESTAMP_NTZ``), and PySpark before
-4.1, take the plan where every row crosses (:func:`dead_letter_stage`, ``mapInArrow``); see the
-README's benchmark. Without ``dead_letter`` no Python runs per row and dropped rows are only
-counted.
+Cost, cheapest first (the README's benchmark has each):
+
+- A Parquet directory reached with the default :class:`Storage` (credentials from the
+  environment, as Spark's) where the session has loaded wmobs' JAR: nothing crosses into
+  Python. A JVM function, called only for dropped rows, writes each task's file with the
+  session's Hadoop configuration (:func:`dead_letter_writer`).
+- Elsewhere, kept rows stay in the JVM; each dropped row crosses into Python as one JSON string
+  of exact text forms of its columns, each kept row as one null (:func:`dead_letter_filter`).
+- Columns without such a form (nested, maps, intervals, ``TIMESTAMP_NTZ``), and PySpark before
+  4.1, take the plan where every row crosses (:func:`dead_letter_stage`, ``mapInArrow``).
+
+Without ``dead_letter`` no Python runs per row and dropped rows are only counted.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ __all__ = [
     "DeadLetterFunction",
     "dead_letter_filter",
     "dead_letter_stage",
+    "dead_letter_writer",
 ]
 
 DeadLetterFunction = Callable[[Any, int, int], None]
@@ -192,6 +199,99 @@ def _hand_over(
     table = table.append_column(POLICY_COLUMN, policy)
     table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
     sink.write(table, batch_id, context.partitionId())
+
+
+# ---- the plan where nothing crosses into Python ------------------------------------------
+
+# Spark's scalar types -> the kinds of ``DeadLetterWriter.java``, and how each is passed.
+_KINDS = {
+    "ByteType": "byte",
+    "ShortType": "short",
+    "IntegerType": "int",
+    "LongType": "long",
+    "FloatType": "float",
+    "DoubleType": "double",
+    "DecimalType": "decimal",
+    "BooleanType": "boolean",
+    "StringType": "string",
+    "BinaryType": "binary",
+    "DateType": "date",
+    "TimestampType": "timestamp",
+}
+
+
+def dead_letter_writer(
+    sink: DeadLetter,
+    schema: Any,
+    verdict_column: str,
+    dropped_bits: int,
+    policy_bits: list[tuple[str, int]],
+    *,
+    spark: Any,
+    timezone: str,
+    large_types: bool,
+    rename: Mapping[str, str] | None = None,
+) -> Any | None:
+    """A boolean Column, true for the rows to keep, whose ``CASE`` branch for dropped rows
+    calls wmobs' JAR (``DeadLetterWriter``): each task writes its dropped rows to one Parquet
+    file, with the columns and the Arrow schema (``ARROW:schema``: ``timezone``,
+    ``large_types``) that :func:`dead_letter_stage` would write, ``rename`` applied to their
+    names. No row crosses into Python.
+
+    ``None`` where it does not apply: a function or JSON destination; a directory with a
+    :class:`Storage` of its own (its credentials are fsspec's, not Hadoop's); a column of
+    ``schema`` that is not a flat scalar; a session without the JAR (Spark Connect), or whose
+    Hadoop has no filesystem for the directory's scheme."""
+    import base64
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from wmobs.policy._jvm import dead_letter_function
+    from wmobs.policy._storage import is_object_store
+
+    if sink.directory is None or sink.format != "parquet":
+        return None
+    if sink.storage is not None and sink.storage != Storage():
+        return None
+    rename = rename or {}
+    fields: list[dict[str, Any]] = []
+    arguments: list[Any] = []
+    arrow: list[Any] = []
+    for field in schema.fields:
+        kind = _KINDS.get(type(field.dataType).__name__)
+        if kind is None:
+            return None
+        name = rename.get(field.name, field.name)
+        column = F.col(f"`{field.name}`")
+        spec: dict[str, Any] = {"name": name, "type": kind}
+        if kind == "decimal":
+            spec |= {"precision": field.dataType.precision, "scale": field.dataType.scale}
+        fields.append(spec)
+        passed = {"date": F.unix_date, "timestamp": F.unix_micros}.get(kind)
+        arguments.append((passed(column) if passed else column).alias(f"c{len(arguments)}"))
+        arrow_type = to_arrow_type(
+            field.dataType, timezone=timezone, prefers_large_types=large_types
+        )
+        arrow.append(pa.field(name, arrow_type))
+    arrow += [pa.field(POLICY_COLUMN, pa.string()), pa.field(BATCH_COLUMN, pa.int64())]
+    function = dead_letter_function(
+        spark,
+        {
+            "directory": sink.directory,
+            "object_store": is_object_store(sink.directory),
+            "fields": fields,
+            "policies": [list(p) for p in policy_bits],
+            "arrow_schema": base64.b64encode(pa.schema(arrow).serialize().to_pybytes()).decode(),
+        },
+    )
+    if function is None:
+        return None
+    verdict = F.col(verdict_column)
+    row = F.struct(*arguments, verdict.alias(f"c{len(arguments)}"))
+    is_dropped = verdict.bitwiseAND(F.lit(dropped_bits)) != 0
+    return F.when(is_dropped, F.call_function(function, row)).otherwise(F.lit(True))
 
 
 # ---- the plan where kept rows stay in the JVM ---------------------------------------------

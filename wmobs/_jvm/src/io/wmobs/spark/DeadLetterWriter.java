@@ -1,0 +1,416 @@
+package io.wmobs.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.Serializable;
+import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.parquet.hadoop.ParquetFileWriter;
+import org.apache.parquet.hadoop.ParquetWriter;
+import org.apache.parquet.hadoop.api.WriteSupport;
+import org.apache.parquet.hadoop.metadata.CompressionCodecName;
+import org.apache.parquet.io.OutputFile;
+import org.apache.parquet.io.PositionOutputStream;
+import org.apache.parquet.io.api.Binary;
+import org.apache.parquet.io.api.RecordConsumer;
+import org.apache.parquet.schema.LogicalTypeAnnotation;
+import org.apache.parquet.schema.MessageType;
+import org.apache.parquet.schema.PrimitiveType.PrimitiveTypeName;
+import org.apache.parquet.schema.Types;
+import org.apache.spark.TaskContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.expressions.UserDefinedFunction;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.util.SerializableConfiguration;
+import org.apache.spark.util.TaskCompletionListener;
+
+/**
+ * Dead letters written from the JVM: a SQL function of one struct (a dropped row's input
+ * columns, then its verdict bits) that the time policy calls only for the rows it drops, in a
+ * {@code CASE} branch of its filter, so kept rows never leave the stage's generated code. Each
+ * task appends its dropped rows to one Parquet file in memory and, when the task succeeds,
+ * writes it whole to {@code <directory>/batch_id=<N>/part-<partition>.parquet} with the
+ * session's Hadoop configuration (the one Spark writes the checkpoint with): one PUT on an
+ * object store, a temporary file and a rename elsewhere, as {@code Storage.write_once} does in
+ * Python. A retried task writes the same file again; a task that fails writes nothing, and one
+ * that cannot write fails (its {@code observe} counts are discarded with it).
+ *
+ * <p>The file is what {@code wmobs/policy/deadletter.py} writes with pyarrow: the same
+ * columns, {@code wmobs_policy} and {@code wmobs_batch_id}, and the Arrow schema pyarrow
+ * stores ({@code ARROW:schema}, computed by the driver), so readers get the same types.
+ *
+ * <p>Field kinds ({@code spec.fields[].type}): byte, short, int, long, float, double, boolean,
+ * string, binary, decimal (with precision and scale), date (days since the epoch, an int) and
+ * timestamp (µs since the epoch, a long).
+ */
+public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable {
+  private static final long serialVersionUID = 1L;
+  private static final ObjectMapper JSON = new ObjectMapper();
+  /** Task attempt -> the file it is writing. */
+  private static final Map<Long, TaskFile> OPEN = new ConcurrentHashMap<>();
+
+  private final String directory;
+  private final boolean objectStore;
+  private final String[] names;
+  private final String[] kinds;
+  private final int[] precisions;
+  private final int[] scales;
+  private final String[] policyNames;
+  private final long[] policyBits;
+  private final String arrowSchema;
+  private final Broadcast<SerializableConfiguration> conf;
+
+  private DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
+    directory = spec.get("directory").asText().replaceAll("/+$", "");
+    objectStore = spec.get("object_store").asBoolean();
+    JsonNode fields = spec.get("fields");
+    int n = fields.size();
+    names = new String[n];
+    kinds = new String[n];
+    precisions = new int[n];
+    scales = new int[n];
+    for (int i = 0; i < n; i++) {
+      JsonNode field = fields.get(i);
+      names[i] = field.get("name").asText();
+      kinds[i] = field.get("type").asText();
+      precisions[i] = field.path("precision").asInt(0);
+      scales[i] = field.path("scale").asInt(0);
+    }
+    JsonNode policies = spec.get("policies");
+    policyNames = new String[policies.size()];
+    policyBits = new long[policies.size()];
+    for (int i = 0; i < policies.size(); i++) {
+      policyNames[i] = policies.get(i).get(0).asText();
+      policyBits[i] = policies.get(i).get(1).asLong();
+    }
+    arrowSchema = spec.path("arrow_schema").asText("");
+    this.conf = conf;
+    schema(); // a bad spec fails on the driver, not in a task
+  }
+
+  /**
+   * Registers the function as {@code name} in {@code spark}. {@code spec}: JSON with {@code
+   * directory}, {@code object_store}, {@code fields} ({@code [{name, type, precision?,
+   * scale?}]}), {@code policies} ({@code [[name, bit]]}: a row's policy is the first whose bit
+   * its verdict has) and {@code arrow_schema}. Fails (on the driver) when Hadoop has no
+   * filesystem for the directory.
+   */
+  public static void register(SparkSession spark, String name, String spec) throws Exception {
+    Configuration hadoop = spark.sessionState().newHadoopConf();
+    DeadLetterWriter writer =
+        new DeadLetterWriter(
+            JSON.readTree(spec), SerializableConfiguration.broadcast(spark.sparkContext(), hadoop));
+    new Path(writer.directory).getFileSystem(hadoop);
+    UserDefinedFunction udf = functions.udf(writer, DataTypes.BooleanType).asNondeterministic();
+    spark.udf().register(name, udf);
+  }
+
+  /** Appends the dropped row to its task's file; false (the row is not kept). */
+  @Override
+  public Boolean call(Row row) throws Exception {
+    TaskContext task = TaskContext.get();
+    if (task == null) {
+      throw new IllegalStateException("wmobs: dead letters are written inside Spark tasks");
+    }
+    TaskFile file = OPEN.get(task.taskAttemptId());
+    if (file == null) {
+      file = new TaskFile(task);
+      OPEN.put(task.taskAttemptId(), file);
+      task.addTaskCompletionListener(
+          new TaskCompletionListener() {
+            @Override
+            public void onTaskCompletion(TaskContext context) {
+              finish(context);
+            }
+          });
+    }
+    file.writer.write(row);
+    return false;
+  }
+
+  private void finish(TaskContext task) {
+    TaskFile file = OPEN.remove(task.taskAttemptId());
+    if (file == null) {
+      return;
+    }
+    try {
+      file.writer.close();
+      if (!task.isFailed() && !task.isInterrupted()) {
+        String part = String.format("part-%05d.parquet", task.partitionId());
+        upload(new Path(directory + "/batch_id=" + file.batchId + "/" + part), file.bytes());
+      }
+    } catch (IOException e) {
+      throw new IllegalStateException(
+          "wmobs: could not write the dead letters of batch " + file.batchId + " to "
+              + directory + ": " + e,
+          e);
+    }
+  }
+
+  /** {@code data} as the whole of {@code target}: a reader sees all of it or nothing. */
+  private void upload(Path target, byte[] data) throws IOException {
+    FileSystem fs = target.getFileSystem(conf.value().value());
+    if (fs instanceof LocalFileSystem local) {
+      fs = local.getRaw(); // no .crc files beside the dead letters
+    }
+    if (objectStore) {
+      try (FSDataOutputStream out = fs.create(target, true)) {
+        out.write(data);
+      }
+      return;
+    }
+    String name = "." + target.getName() + "." + UUID.randomUUID() + ".tmp";
+    Path temp = new Path(target.getParent(), name);
+    try (FSDataOutputStream out = fs.create(temp, true)) {
+      out.write(data);
+    }
+    if (!fs.rename(temp, target)) { // a retried task's file is there already
+      fs.delete(target, false);
+      if (!fs.rename(temp, target)) {
+        fs.delete(temp, false);
+        throw new IOException("could not rename " + temp + " to " + target);
+      }
+    }
+  }
+
+  private MessageType schema() {
+    Types.MessageTypeBuilder message = Types.buildMessage();
+    for (int i = 0; i < names.length; i++) {
+      message.addField(field(i));
+    }
+    message.optional(PrimitiveTypeName.BINARY).as(LogicalTypeAnnotation.stringType())
+        .named("wmobs_policy");
+    message.optional(PrimitiveTypeName.INT64).named("wmobs_batch_id");
+    return message.named("schema");
+  }
+
+  private org.apache.parquet.schema.Type field(int i) {
+    String name = names[i];
+    switch (kinds[i]) {
+      case "byte":
+        return Types.optional(PrimitiveTypeName.INT32)
+            .as(LogicalTypeAnnotation.intType(8, true)).named(name);
+      case "short":
+        return Types.optional(PrimitiveTypeName.INT32)
+            .as(LogicalTypeAnnotation.intType(16, true)).named(name);
+      case "int":
+        return Types.optional(PrimitiveTypeName.INT32).named(name);
+      case "long":
+        return Types.optional(PrimitiveTypeName.INT64).named(name);
+      case "float":
+        return Types.optional(PrimitiveTypeName.FLOAT).named(name);
+      case "double":
+        return Types.optional(PrimitiveTypeName.DOUBLE).named(name);
+      case "boolean":
+        return Types.optional(PrimitiveTypeName.BOOLEAN).named(name);
+      case "string":
+        return Types.optional(PrimitiveTypeName.BINARY)
+            .as(LogicalTypeAnnotation.stringType()).named(name);
+      case "binary":
+        return Types.optional(PrimitiveTypeName.BINARY).named(name);
+      case "date":
+        return Types.optional(PrimitiveTypeName.INT32)
+            .as(LogicalTypeAnnotation.dateType()).named(name);
+      case "timestamp":
+        return Types.optional(PrimitiveTypeName.INT64)
+            .as(LogicalTypeAnnotation.timestampType(true, LogicalTypeAnnotation.TimeUnit.MICROS))
+            .named(name);
+      case "decimal":
+        return Types.optional(PrimitiveTypeName.FIXED_LEN_BYTE_ARRAY)
+            .length(decimalBytes(precisions[i]))
+            .as(LogicalTypeAnnotation.decimalType(scales[i], precisions[i]))
+            .named(name);
+      default:
+        throw new IllegalArgumentException("wmobs: no dead-letter column kind " + kinds[i]);
+    }
+  }
+
+  /** The fewest bytes whose two's complement holds every unscaled value of {@code precision}. */
+  static int decimalBytes(int precision) {
+    BigInteger largest = BigInteger.TEN.pow(precision);
+    int bytes = 1;
+    while (BigInteger.ONE.shiftLeft(8 * bytes - 1).compareTo(largest) < 0) {
+      bytes++;
+    }
+    return bytes;
+  }
+
+  /** One task's file: Parquet, in memory until the task completes. */
+  private final class TaskFile {
+    final long batchId;
+    final ByteArrayOutputStream buffer = new ByteArrayOutputStream();
+    final ParquetWriter<Row> writer;
+
+    TaskFile(TaskContext task) throws IOException {
+      String batch = task.getLocalProperty("streaming.sql.batchId");
+      batchId = batch == null ? -1 : Long.parseLong(batch);
+      writer =
+          new Builder(new MemoryFile(buffer), batchId)
+              .withConf(new Configuration(false))
+              .withCompressionCodec(CompressionCodecName.SNAPPY)
+              .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
+              .build();
+    }
+
+    byte[] bytes() {
+      return buffer.toByteArray();
+    }
+  }
+
+  private final class Builder extends ParquetWriter.Builder<Row, Builder> {
+    private final long batchId;
+
+    Builder(OutputFile file, long batchId) {
+      super(file);
+      this.batchId = batchId;
+    }
+
+    @Override
+    protected Builder self() {
+      return this;
+    }
+
+    @Override
+    protected WriteSupport<Row> getWriteSupport(Configuration configuration) {
+      return new RowWriteSupport(batchId);
+    }
+  }
+
+  /** Writes a dropped row: its input columns, the policy that dropped it and its batch. */
+  private final class RowWriteSupport extends WriteSupport<Row> {
+    private final long batchId;
+    private RecordConsumer out;
+
+    RowWriteSupport(long batchId) {
+      this.batchId = batchId;
+    }
+
+    @Override
+    public WriteContext init(Configuration configuration) {
+      Map<String, String> metadata = new HashMap<>();
+      if (!arrowSchema.isEmpty()) {
+        metadata.put("ARROW:schema", arrowSchema);
+      }
+      return new WriteContext(schema(), metadata);
+    }
+
+    @Override
+    public void prepareForWrite(RecordConsumer recordConsumer) {
+      out = recordConsumer;
+    }
+
+    @Override
+    public void write(Row row) {
+      out.startMessage();
+      int n = names.length;
+      for (int i = 0; i < n; i++) {
+        if (!row.isNullAt(i)) {
+          out.startField(names[i], i);
+          value(i, row);
+          out.endField(names[i], i);
+        }
+      }
+      long verdict = ((Number) row.get(n)).longValue();
+      for (int p = 0; p < policyBits.length; p++) {
+        if ((verdict & policyBits[p]) != 0) {
+          out.startField("wmobs_policy", n);
+          out.addBinary(Binary.fromString(policyNames[p]));
+          out.endField("wmobs_policy", n);
+          break;
+        }
+      }
+      out.startField("wmobs_batch_id", n + 1);
+      out.addLong(batchId);
+      out.endField("wmobs_batch_id", n + 1);
+      out.endMessage();
+    }
+
+    private void value(int i, Row row) {
+      switch (kinds[i]) {
+        case "byte" -> out.addInteger(row.getByte(i));
+        case "short" -> out.addInteger(row.getShort(i));
+        case "int", "date" -> out.addInteger(row.getInt(i));
+        case "long", "timestamp" -> out.addLong(row.getLong(i));
+        case "float" -> out.addFloat(row.getFloat(i));
+        case "double" -> out.addDouble(row.getDouble(i));
+        case "boolean" -> out.addBoolean(row.getBoolean(i));
+        case "string" -> out.addBinary(Binary.fromString(row.getString(i)));
+        case "binary" -> out.addBinary(Binary.fromConstantByteArray((byte[]) row.get(i)));
+        case "decimal" -> out.addBinary(Binary.fromConstantByteArray(unscaled(i, row)));
+        default -> throw new IllegalStateException(kinds[i]);
+      }
+    }
+
+    private byte[] unscaled(int i, Row row) {
+      BigDecimal value = row.getDecimal(i).setScale(scales[i]);
+      byte[] bytes = value.unscaledValue().toByteArray();
+      byte[] fixed = new byte[decimalBytes(precisions[i])];
+      byte sign = (byte) (bytes[0] < 0 ? -1 : 0);
+      int pad = fixed.length - bytes.length;
+      for (int k = 0; k < fixed.length; k++) {
+        fixed[k] = k < pad ? sign : bytes[k - pad];
+      }
+      return fixed;
+    }
+  }
+
+  /** A Parquet output file in memory. */
+  private static final class MemoryFile implements OutputFile {
+    private final ByteArrayOutputStream buffer;
+
+    MemoryFile(ByteArrayOutputStream buffer) {
+      this.buffer = buffer;
+    }
+
+    @Override
+    public PositionOutputStream create(long blockSizeHint) {
+      return createOrOverwrite(blockSizeHint);
+    }
+
+    @Override
+    public PositionOutputStream createOrOverwrite(long blockSizeHint) {
+      buffer.reset();
+      return new PositionOutputStream() {
+        @Override
+        public long getPos() {
+          return buffer.size();
+        }
+
+        @Override
+        public void write(int b) {
+          buffer.write(b);
+        }
+
+        @Override
+        public void write(byte[] b, int off, int len) {
+          buffer.write(b, off, len);
+        }
+      };
+    }
+
+    @Override
+    public boolean supportsBlockSize() {
+      return false;
+    }
+
+    @Override
+    public long defaultBlockSize() {
+      return 0;
+    }
+  }
+}
