@@ -31,6 +31,7 @@ Speed is never asserted in tests; this script reports it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -380,9 +381,20 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
-    def with_dead_letters() -> Callable[[Any, str], Any]:
+    def with_dead_letters(jvm: bool = True) -> Callable[[Any, str], Any]:
+        """``jvm=False``: handed to Python as a session without wmobs' JAR would."""
+        from unittest import mock
+
+        from wmobs.policy import _jvm
+
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
-        return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
+
+        def apply(df: Any, ck: str) -> Any:
+            python = mock.patch.object(_jvm, "dead_letter_function", lambda *_: None)
+            with contextlib.nullcontext() if jvm else python:
+                return p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
+
+        return apply
 
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
@@ -405,6 +417,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
             "system_timestamp",
         ),
         "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
+        "global policy + dead letters handed to Python": (
+            with_dead_letters(jvm=False),
+            "system_timestamp",
+        ),
         "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
         "substreams, 10 keys": (
             policy(substream_by=["device10"], name="keys10"),
