@@ -198,12 +198,13 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
 @contextlib.contextmanager
 def without_jar() -> Iterator[None]:
     """Policies applied in this block as if the session had not loaded wmobs' JAR: the batch's
-    times from the Python data source, one Spark aggregate per observed column, dead letters
-    handed to Python."""
+    times from the Python data source, one Spark aggregate per observed column, substreams
+    judged and dead letters handed over in Python."""
     with (
         mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
         mock.patch.object(_jvm, "observation_function", lambda *_: None),
         mock.patch.object(_jvm, "dead_letter_function", lambda *_: None),
+        mock.patch.object(_jvm, "substream_stage", lambda *_: None),
     ):
         yield
 
@@ -241,7 +242,10 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
     assert set(others.values()) == {0}
 
 
-def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("judge", ["jvm", "python"])
+def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judge: str) -> None:
+    """Judged per key by wmobs' JAR (``mapPartitions``) and by the Python stage
+    (``mapInArrow``)."""
     rows = worked_rows()
     scrambled = rows[5:] + rows[:5]  # file order is not arrival order
     write_rows(tmp_path / "in", "all", scrambled)
@@ -252,9 +256,15 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path) -> N
         out_of_order="2 minutes",
         substream_by=["deviceId"],
     )
-    kept, counts, progress = run_policy(
-        spark, policy, tmp_path / "in", tmp_path, "worked_substreams"
-    )
+    with without_jar() if judge == "python" else contextlib.nullcontext():
+        stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+        plan = policy.apply(stream, checkpoint_location=str(tmp_path / "plan"))
+        analyzed = plan._jdf.queryExecution().analyzed().toString()
+        assert ("MapInArrow" in analyzed) == (judge == "python")
+        assert ("MapPartitions" in analyzed) == (judge == "jvm")
+        kept, counts, progress = run_policy(
+            spark, policy, tmp_path / "in", tmp_path, f"worked_substreams_{judge}"
+        )
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, policy) == worked_histograms(per_key=True)
@@ -332,9 +342,17 @@ def test_another_querys_checkpoint_fails_the_query(spark: Any, tmp_path: Path, r
     assert f"is the checkpoint of query {first.id}, not of {second.id}" in error, error
 
 
-def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("judges", [("jvm", "python"), ("python", "jvm")])
+def test_substream_state_survives_a_restart(
+    spark: Any, tmp_path: Path, judges: tuple[str, str]
+) -> None:
     """Each key's watermark is kept in the checkpoint: after a restart an event behind its
-    key's maximum from before the restart is still out of order; another key's is not."""
+    key's maximum from before the restart is still out of order; another key's is not. The
+    JAR's judge and the Python stage read each other's state files: the query restarts on the
+    other one."""
+
+    def judged_by(judge: str) -> contextlib.AbstractContextManager[None]:
+        return without_jar() if judge == "python" else contextlib.nullcontext()
 
     def row(i: int, event: str, arrival: str, device: str) -> dict[str, Any]:
         return {"id": i, "EventTime": ts(event), "ArrivalTime": ts(arrival), "deviceId": device}
@@ -342,11 +360,15 @@ def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path) -> None:
     policy = TimePolicy(late_arrival="1 hour", substream_by=["deviceId"], name="restart")
     write_rows(tmp_path / "in", "1", [row(1, "12:10", "12:10", "A"), row(2, "12:00", "12:10", "B")])
     out = tmp_path / "out"
-    before, counts_before, _ = run_policy(
-        spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
-    )
+    with judged_by(judges[0]):
+        before, counts_before, _ = run_policy(
+            spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
+        )
     write_rows(tmp_path / "in", "2", [row(3, "12:05", "12:11", "A"), row(4, "12:01", "12:11", "B")])
-    after, counts_after, _ = run_policy(spark, policy, tmp_path / "in", tmp_path, "re", parquet=out)
+    with judged_by(judges[1]):
+        after, counts_after, _ = run_policy(
+            spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
+        )
     assert before == {1: epoch("12:10"), 2: epoch("12:00")}
     # 3 is behind A's 12:10 from before the restart: adjusted up to it.
     assert after == before | {3: epoch("12:10"), 4: epoch("12:01")}
@@ -610,6 +632,8 @@ def test_distributions_on_a_random_multi_batch_stream(
     assert sum(lateness) > 0  # the stream has rows behind others
     late = sum(1 for rows in batches for _, e, a, _ in rows if e < a - late_tolerance)
     assert counts[("late_arrival", "adjusted")] == late > 0
+    behind = sum(1 for x in lateness if x > 60 * 10**6)  # the out-of-order tolerance
+    assert counts[("out_of_order", "adjusted")] == behind > 0
 
 
 @pytest.mark.parametrize("counted_by", ["jvm", "histogram_numeric"])

@@ -11,6 +11,9 @@ policies fall back to Python and Spark's own functions.
 - Everything a time policy observes, as one aggregate (``PolicyObservation.java``). Without
   the JAR each count is an aggregate of its own in ``observe``; Spark evaluates each one row
   by row outside generated code and plans it again in every micro-batch.
+- Substreams' per-key judge (``SubstreamJudge.java``), a ``mapPartitions`` function over the
+  rows shuffled by key bucket, with the same state files as the Python stage
+  (:mod:`wmobs.policy._substream_stage`, a ``mapInArrow`` function), which is the fallback.
 - Dead letters to a Parquet directory (``DeadLetterWriter.java``): a function called only for
   dropped rows, which writes each task's file with Hadoop. Without the JAR every row passes
   through a Python UDF's queue (:mod:`wmobs.policy.deadletter`).
@@ -41,12 +44,14 @@ __all__ = [
     "dead_letter_function",
     "jar",
     "observation_function",
+    "substream_stage",
 ]
 
 JAR_NAME = "wmobs-spark.jar"
 _BATCH_TIMES = "io.wmobs.spark.BatchTimes"
 _OBSERVATION = "io.wmobs.spark.PolicyObservation"
 _DEAD_LETTERS = "io.wmobs.spark.DeadLetterWriter"
+_SUBSTREAMS = "io.wmobs.spark.SubstreamJudge"
 _HOME = Path(__file__).resolve().parent.parent / "_jvm"
 _SOURCES = _HOME / "src"
 
@@ -209,3 +214,23 @@ def observation_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
     cannot load wmobs' JAR (the caller observes one Spark aggregate per column instead)."""
     # One name per spec: the same function for every policy of the session that needs it.
     return _spec_function(spark, _OBSERVATION, "wmobs_observation_", spec)
+
+
+def substream_stage(df: Any, spec: Mapping[str, Any], output: Any) -> Any | None:
+    """``df`` judged per key by wmobs' ``SubstreamJudge`` (``spec`` as its ``create``
+    documents) as a ``mapPartitions`` of ``df``'s JVM Dataset, with the columns of ``output``
+    (a ``StructType``); None where the session cannot load wmobs' JAR (the caller uses the
+    Python stage)."""
+    from pyspark.sql import DataFrame
+
+    spark = df.sparkSession
+    made: list[Any] = []
+
+    def create(cls: Any) -> None:
+        made.append(cls.create(spark._jsparkSession, json.dumps(spec, sort_keys=True)))
+
+    if not _register(spark, _SUBSTREAMS, create):
+        return None
+    schema = spark._jsparkSession.parseDataType(output.json())
+    encoder = spark._jvm.org.apache.spark.sql.Encoders.row(schema)
+    return DataFrame(df._jdf.mapPartitions(made[0], encoder), spark)

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
+    from wmobs.policy._substream_judge import SubstreamConfig
     from wmobs.policy._time_policy import TimePolicy
     from wmobs.policy.deadletter import DeadLetter
 
@@ -327,6 +328,10 @@ class _Plan:
         staged = self._judge_arrival(partitioned)
         staged = staged.drop(WATERMARK, BATCH_TIME).withColumn(LATENESS, F.lit(None).cast("long"))
         output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
+        output_schema = staged.select(*[F.col(f"`{c}`") for c in output]).schema
+        judged = self._jvm_substreams(staged, config, output, output_schema, idle_us is not None)
+        if judged is not None:
+            return judged
         stage = substream_stage(
             config,
             Columns(
@@ -342,7 +347,46 @@ class _Plan:
             directory=state_directory(self.policy.state_name),
             storage=self.storage,
         )
-        return staged.mapInArrow(stage, staged.select(*[F.col(f"`{c}`") for c in output]).schema)
+        return staged.mapInArrow(stage, output_schema)
+
+    def _jvm_substreams(
+        self,
+        staged: DataFrame,
+        config: SubstreamConfig,
+        output: list[str],
+        output_schema: StructType,
+        idle: bool,
+    ) -> DataFrame | None:
+        """The per-key judge of wmobs' JAR over ``staged`` (``SubstreamJudge``: no row crosses
+        into Python), with the state files of the Python stage; None where the session has no
+        JAR, or ``storage`` is not the default (the state is then reached with fsspec's
+        credentials, which Hadoop does not have)."""
+        from wmobs.policy._jvm import substream_stage as jvm_stage
+        from wmobs.policy._substream_state import BUCKETS, state_directory
+
+        if self.storage != Storage():
+            return None
+        at = {name: i for i, name in enumerate(staged.columns)}
+        spec = {
+            "checkpoint": self.checkpoint or "",
+            "directory": state_directory(self.policy.state_name),
+            "buckets": BUCKETS,
+            "tolerance_us": config.tolerance_us,
+            "drop": config.drop,
+            "ttl_ms": config.ttl_ms,
+            "idle_timeout_ms": config.idle_timeout_ms,
+            "candidate_bits": config.candidate_bits,
+            "ooo_bit": config.ooo_bit,
+            "key": at[KEY],
+            "ts": at[TS],
+            "arrival": at[ARRIVAL],
+            "verdict": at[VERDICT],
+            "idle": at[IDLE] if idle else None,
+            "lateness": at[LATENESS],
+            "output": [at[c] for c in output],
+        }
+        judged: DataFrame | None = jvm_stage(staged, spec, output_schema)
+        return judged
 
     # ---- the idle timeout ------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-__all__ = ["Entry", "Location", "Storage", "StorageError", "is_object_store"]
+__all__ = ["Entry", "Location", "Storage", "StorageError"]
 
 DEFAULT_OPTION = ""
 """A :class:`Storage` as a data source option (:meth:`Storage.encode`): the default one."""
@@ -75,13 +75,6 @@ _SCHEMES: dict[str, _Scheme] = {
     "hdfs": _Scheme("hdfs", None, False),
 }
 _PACKAGES = {"s3": "s3fs", "gcs": "gcsfs", "abfs": "adlfs"}
-
-
-def is_object_store(uri: str) -> bool:
-    """Whether ``uri`` is on an object store (no atomic rename), by its scheme."""
-    scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
-    known = _SCHEMES.get(scheme)
-    return known is not None and known.object_store
 
 
 class Entry(NamedTuple):

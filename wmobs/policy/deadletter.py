@@ -249,7 +249,6 @@ def dead_letter_writer(
     from pyspark.sql.pandas.types import to_arrow_type
 
     from wmobs.policy._jvm import dead_letter_function
-    from wmobs.policy._storage import is_object_store
 
     if sink.directory is None or sink.format != "parquet":
         return None
@@ -280,7 +279,6 @@ def dead_letter_writer(
         spark,
         {
             "directory": sink.directory,
-            "object_store": is_object_store(sink.directory),
             "fields": fields,
             "policies": [list(p) for p in policy_bits],
             "arrow_schema": base64.b64encode(pa.schema(arrow).serialize().to_pybytes()).decode(),

@@ -36,10 +36,6 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
   /** (checkpoint, batch id, query id) -> {watermark or Long.MIN_VALUE for none, timestamp}. */
   private static final Map<String, long[]> READ = new ConcurrentHashMap<>();
 
-  private static final String HINT =
-      "Pass the query's checkpointLocation to TimePolicy.apply(df, checkpoint_location=...), "
-          + "or name the query and set spark.sql.streaming.checkpointLocation.";
-
   private final String checkpoint;
   private final boolean watermark;
   /** The session's Hadoop configuration, broadcast once: every executor fetches it once. */
@@ -92,7 +88,7 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
       throw new IllegalStateException(
           "wmobs: the batch watermark is only known inside a streaming micro-batch");
     }
-    String base = resolveCheckpoint(task).replaceAll("/+$", "");
+    String base = Hadoop.checkpoint(checkpoint, task);
     String queryId = task.getLocalProperty("sql.streaming.queryId");
     String key = base + "\n" + batch + "\n" + queryId;  // checked once per key
     long[] times = READ.get(key);
@@ -105,21 +101,6 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
     }
     long found = watermark ? times[0] : times[1];
     return found == Long.MIN_VALUE ? null : found;
-  }
-
-  private String resolveCheckpoint(TaskContext task) {
-    if (!checkpoint.isEmpty()) {
-      return checkpoint;
-    }
-    String root = task.getLocalProperty("spark.sql.streaming.checkpointLocation");
-    String description = task.getLocalProperty("spark.job.description");
-    String name = description == null ? "" : description.split("\n", 2)[0].trim();
-    if (root != null && !root.isEmpty() && !name.isEmpty() && !name.startsWith("id = ")) {
-      return root.replaceAll("/+$", "") + "/" + name;
-    }
-    throw new IllegalStateException(
-        "wmobs TimePolicy needs the query's checkpoint location to read the batch watermark. "
-            + HINT);
   }
 
   private long[] read(String base, long batch, String queryId) throws IOException {
@@ -145,7 +126,7 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
     } catch (IOException e) {
       throw new IOException(
           "wmobs TimePolicy could not read the watermark of batch " + batch
-              + " from the checkpoint '" + base + "' (" + e + "). " + HINT,
+              + " from the checkpoint '" + base + "' (" + e + "). " + Hadoop.HINT,
           e);
     }
   }

@@ -9,12 +9,8 @@ import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataOutputStream;
-import org.apache.hadoop.fs.FileSystem;
-import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.parquet.hadoop.ParquetFileWriter;
 import org.apache.parquet.hadoop.ParquetWriter;
@@ -65,7 +61,6 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   private static final Map<Long, TaskFile> OPEN = new ConcurrentHashMap<>();
 
   private final String directory;
-  private final boolean objectStore;
   private final String[] names;
   private final String[] kinds;
   private final int[] precisions;
@@ -77,7 +72,6 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
 
   private DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
     directory = spec.get("directory").asText().replaceAll("/+$", "");
-    objectStore = spec.get("object_store").asBoolean();
     JsonNode fields = spec.get("fields");
     int n = fields.size();
     names = new String[n];
@@ -105,7 +99,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
 
   /**
    * Registers the function as {@code name} in {@code spark}. {@code spec}: JSON with {@code
-   * directory}, {@code object_store}, {@code fields} ({@code [{name, type, precision?,
+   * directory}, {@code fields} ({@code [{name, type, precision?,
    * scale?}]}), {@code policies} ({@code [[name, bit]]}: a row's policy is the first whose bit
    * its verdict has) and {@code arrow_schema}. Fails (on the driver) when Hadoop has no
    * filesystem for the directory.
@@ -152,39 +146,14 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
       file.writer.close();
       if (!task.isFailed() && !task.isInterrupted()) {
         String part = String.format("part-%05d.parquet", task.partitionId());
-        upload(new Path(directory + "/batch_id=" + file.batchId + "/" + part), file.bytes());
+        Path target = new Path(directory + "/batch_id=" + file.batchId + "/" + part);
+        Hadoop.writeOnce(target, file.bytes(), conf.value().value());
       }
     } catch (IOException e) {
       throw new IllegalStateException(
           "wmobs: could not write the dead letters of batch " + file.batchId + " to "
               + directory + ": " + e,
           e);
-    }
-  }
-
-  /** {@code data} as the whole of {@code target}: a reader sees all of it or nothing. */
-  private void upload(Path target, byte[] data) throws IOException {
-    FileSystem fs = target.getFileSystem(conf.value().value());
-    if (fs instanceof LocalFileSystem local) {
-      fs = local.getRaw(); // no .crc files beside the dead letters
-    }
-    if (objectStore) {
-      try (FSDataOutputStream out = fs.create(target, true)) {
-        out.write(data);
-      }
-      return;
-    }
-    String name = "." + target.getName() + "." + UUID.randomUUID() + ".tmp";
-    Path temp = new Path(target.getParent(), name);
-    try (FSDataOutputStream out = fs.create(temp, true)) {
-      out.write(data);
-    }
-    if (!fs.rename(temp, target)) { // a retried task's file is there already
-      fs.delete(target, false);
-      if (!fs.rename(temp, target)) {
-        fs.delete(temp, false);
-        throw new IOException("could not rename " + temp + " to " + target);
-      }
     }
   }
 
