@@ -363,15 +363,16 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
-    def without_jar(*functions: str) -> Callable[[Any, str], Any]:
-        """The global policy as in a session without (some of) wmobs' JAR ``functions``: the
-        batch's times from the Python data source, one Spark aggregate per observed column."""
+    def without_jar(*functions: str, **kw: Any) -> Callable[[Any, str], Any]:
+        """The policy (``kw``; default the global one) as in a session without (some of) wmobs'
+        JAR ``functions``: the batch's times from the Python data source, one Spark aggregate
+        per observed column, substreams judged in Python."""
         from contextlib import ExitStack
         from unittest import mock
 
         from wmobs.policy import _jvm
 
-        make = policy()
+        make = policy(**kw)
 
         def apply(df: Any, ck: str) -> Any:
             with ExitStack() as patches:
@@ -424,6 +425,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
         "substreams, 10 keys": (
             policy(substream_by=["device10"], name="keys10"),
+            "system_timestamp",
+        ),
+        "substreams, 10 keys, judged in Python": (
+            without_jar("substream_stage", substream_by=["device10"], name="keys10_python"),
             "system_timestamp",
         ),
         "substreams, 10,000 keys": (
