@@ -435,6 +435,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
             policy(substream_by=["device10k"], name="keys10k"),
             "system_timestamp",
         ),
+        "substreams, 10,000 keys, judged in Python": (
+            without_jar("substream_stage", substream_by=["device10k"], name="keys10k_python"),
+            "system_timestamp",
+        ),
         "substreams, 10 keys + idle timeout": (
             policy(substream_by=["device10"], idle_timeout="1 minute", name="keys10_idle"),
             "system_timestamp",

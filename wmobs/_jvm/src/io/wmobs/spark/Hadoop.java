@@ -1,14 +1,22 @@
 package io.wmobs.spark;
 
+import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.spark.TaskContext;
 
 /**
@@ -42,10 +50,61 @@ final class Hadoop {
             + HINT);
   }
 
-  /** The filesystem of {@code path}; the raw local one for local paths (no .crc files). */
-  static FileSystem fileSystem(Path path, Configuration conf) throws IOException {
+  /** A file of a listing: its name and when it was last modified (ms). */
+  record Entry(String name, long modifiedMs) {}
+
+  /**
+   * The local file of {@code path}, or null where it is on another filesystem. Local files are
+   * reached with java.nio: Hadoop's local filesystem sets each new file's permissions with a
+   * {@code chmod} process where its native library is missing (~3 ms a file).
+   */
+  static java.io.File local(Path path, Configuration conf) throws IOException {
     FileSystem fs = path.getFileSystem(conf);
-    return fs instanceof LocalFileSystem local ? local.getRaw() : fs;
+    if (fs instanceof LocalFileSystem checked) {
+      return checked.getRaw() instanceof RawLocalFileSystem raw ? raw.pathToFile(path) : null;
+    }
+    return fs instanceof RawLocalFileSystem raw ? raw.pathToFile(path) : null;
+  }
+
+  /** The files in {@code folder}; none if it does not exist. */
+  static List<Entry> list(Path folder, Configuration conf) throws IOException {
+    List<Entry> entries = new ArrayList<>();
+    java.io.File file = local(folder, conf);
+    if (file != null) {
+      java.io.File[] files = file.listFiles();
+      for (java.io.File f : files == null ? new java.io.File[0] : files) {
+        entries.add(new Entry(f.getName(), f.lastModified()));
+      }
+      return entries;
+    }
+    try {
+      for (FileStatus status : folder.getFileSystem(conf).listStatus(folder)) {
+        entries.add(new Entry(status.getPath().getName(), status.getModificationTime()));
+      }
+    } catch (FileNotFoundException e) {
+      // no folder: no files
+    }
+    return entries;
+  }
+
+  static byte[] read(Path path, Configuration conf) throws IOException {
+    java.io.File file = local(path, conf);
+    if (file != null) {
+      return Files.readAllBytes(file.toPath());
+    }
+    try (FSDataInputStream in = path.getFileSystem(conf).open(path)) {
+      return in.readAllBytes();
+    }
+  }
+
+  /** Deletes {@code path} if it is there (another attempt of the task may have). */
+  static void delete(Path path, Configuration conf) throws IOException {
+    java.io.File file = local(path, conf);
+    if (file != null) {
+      Files.deleteIfExists(file.toPath());
+    } else {
+      path.getFileSystem(conf).delete(path, false);
+    }
   }
 
   /**
@@ -54,7 +113,21 @@ final class Hadoop {
    * task's write replaces the first).
    */
   static void writeOnce(Path target, byte[] data, Configuration conf) throws IOException {
-    FileSystem fs = fileSystem(target, conf);
+    String name = "." + target.getName() + "." + UUID.randomUUID() + ".tmp";
+    java.io.File file = local(target, conf);
+    if (file != null) {
+      java.nio.file.Path parent = file.toPath().getParent();
+      Files.createDirectories(parent);
+      java.nio.file.Path temp = parent.resolve(name);
+      try {
+        Files.write(temp, data);
+        Files.move(temp, file.toPath(), StandardCopyOption.ATOMIC_MOVE);
+      } finally {
+        Files.deleteIfExists(temp);
+      }
+      return;
+    }
+    FileSystem fs = target.getFileSystem(conf);
     String scheme = target.toUri().getScheme();
     if (scheme != null && OBJECT_STORES.contains(scheme.toLowerCase(Locale.ROOT))) {
       try (FSDataOutputStream out = fs.create(target, true)) {
@@ -62,7 +135,6 @@ final class Hadoop {
       }
       return;
     }
-    String name = "." + target.getName() + "." + UUID.randomUUID() + ".tmp";
     Path temp = new Path(target.getParent(), name);
     try (FSDataOutputStream out = fs.create(temp, true)) {
       out.write(data);

@@ -4,7 +4,6 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
-import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.channels.Channels;
@@ -27,9 +26,6 @@ import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataInputStream;
-import org.apache.hadoop.fs.FileStatus;
-import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
@@ -357,20 +353,13 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
 
     /** Adds the bucket's state as the newest batch before {@code batchId} left it. */
     void load(int bucket, long batchId, Map<Long, long[]> into) throws IOException {
-      Path folder = new Path(root + "/" + bucket);
-      FileSystem fs = Hadoop.fileSystem(folder, hadoop);
-      FileStatus[] entries;
-      try {
-        entries = fs.listStatus(folder);
-      } catch (FileNotFoundException e) {
-        return;
-      }
       long stale = System.currentTimeMillis() - STALE_MS;
       List<Long> versions = new ArrayList<>();
-      for (FileStatus entry : entries) {
-        String name = entry.getPath().getName();
-        if (name.endsWith(".tmp") && entry.getModificationTime() < stale) {
-          fs.delete(entry.getPath(), false); // left by a task that died an hour ago or more
+      for (Hadoop.Entry entry : Hadoop.list(new Path(root + "/" + bucket), hadoop)) {
+        String name = entry.name();
+        if (name.endsWith(".tmp") && entry.modifiedMs() < stale) {
+          // left by a task that died an hour ago or more
+          Hadoop.delete(new Path(root + "/" + bucket + "/" + name), hadoop);
         } else if (name.matches("[0-9]+\\.arrow")) {
           long version = Long.parseLong(name.substring(0, name.length() - ".arrow".length()));
           if (version < batchId) {
@@ -383,12 +372,9 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
       }
       Collections.sort(versions);
       for (long old : versions.subList(0, versions.size() - 1)) { // from a run that stopped
-        fs.delete(file(bucket, old), false);
+        Hadoop.delete(file(bucket, old), hadoop);
       }
-      byte[] data;
-      try (FSDataInputStream in = fs.open(file(bucket, versions.get(versions.size() - 1)))) {
-        data = in.readAllBytes();
-      }
+      byte[] data = Hadoop.read(file(bucket, versions.get(versions.size() - 1)), hadoop);
       try (BufferAllocator allocator = ARROW.newChildAllocator("wmobs-state", 0, Long.MAX_VALUE);
           ArrowStreamReader reader =
               new ArrowStreamReader(new ByteArrayInputStream(data), allocator)) {
