@@ -364,6 +364,14 @@ def test_substream_state_survives_a_restart(
         before, counts_before, _ = run_policy(
             spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
         )
+    state = tmp_path / "ckpt-re" / "wmobs" / "substreams" / "restart"
+    assert state.is_dir()  # next to Spark's own state, in the query's checkpoint
+    # A temporary file that a dead task left an hour ago goes; a live task's stays.
+    bucket = next(state.rglob("*.arrow")).parent  # of key A or B, which the next batch reads
+    stale, live = bucket / ".0.arrow.dead.tmp", bucket / ".1.arrow.live.tmp"
+    stale.write_bytes(b"")
+    live.write_bytes(b"")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
     write_rows(tmp_path / "in", "2", [row(3, "12:05", "12:11", "A"), row(4, "12:01", "12:11", "B")])
     with judged_by(judges[1]):
         after, counts_after, _ = run_policy(
@@ -374,8 +382,7 @@ def test_substream_state_survives_a_restart(
     assert after == before | {3: epoch("12:10"), 4: epoch("12:01")}
     assert counts_before[("out_of_order", "adjusted")] == 0
     assert counts_after[("out_of_order", "adjusted")] == 1
-    state = tmp_path / "ckpt-re" / "wmobs" / "substreams" / "restart"
-    assert state.is_dir()  # next to Spark's own state, in the query's checkpoint
+    assert not stale.exists() and live.exists()
 
 
 def test_adjusted_rows_survive_a_downstream_window_aggregation(spark: Any, tmp_path: Path) -> None:
