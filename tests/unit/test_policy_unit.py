@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wmobs import DeadLetter, TimePolicy
+from wmobs import DeadLetter, Storage, TimePolicy
 
 
 def test_defaults_are_azure_stream_analytics() -> None:
@@ -48,6 +48,36 @@ def test_dead_letter_destinations() -> None:
         DeadLetter()
     with pytest.raises(TypeError, match="dead_letter: expected"):
         DeadLetter.of(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("sink", "extra"),
+    [
+        (DeadLetter(function=print), None),
+        (DeadLetter("/tmp/dead", format="json"), None),
+        (DeadLetter("s3a://b/dead", storage=Storage(options={"endpoint_url": "http://x"})), None),
+        (DeadLetter("/tmp/dead"), "array"),
+        (DeadLetter("/tmp/dead"), "timestamp_ntz"),
+    ],
+)
+def test_dead_letters_the_jar_does_not_write(sink: DeadLetter, extra: str | None) -> None:
+    """Where the JAR's Parquet writer does not apply, ``dead_letter_writer`` says so before it
+    looks for a session (the caller then hands dropped rows to Python): function and JSON
+    destinations, storage with options of its own (fsspec's credentials, not Hadoop's), and
+    columns that are not flat scalars."""
+    from pyspark.sql import types as T
+
+    from wmobs.policy.deadletter import dead_letter_writer
+
+    other = {"array": T.ArrayType(T.IntegerType()), "timestamp_ntz": T.TimestampNTZType()}
+    fields = [T.StructField("id", T.IntegerType())]
+    if extra is not None:
+        fields.append(T.StructField("x", other[extra]))
+    struct = T.StructType(fields)
+    assert (
+        dead_letter_writer(sink, struct, "v", 1, [], spark=None, timezone="UTC", large_types=False)
+        is None
+    )
 
 
 def test_the_jar_is_built_from_its_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -258,10 +258,11 @@ def dead_letter_writer(
     fields: list[dict[str, Any]] = []
     arguments: list[Any] = []
     arrow: list[Any] = []
-    for field in schema.fields:
-        kind = _KINDS.get(type(field.dataType).__name__)
-        if kind is None:
-            return None
+    found = [_KINDS.get(type(field.dataType).__name__) for field in schema.fields]
+    kinds = [kind for kind in found if kind is not None]
+    if len(kinds) < len(found):
+        return None
+    for field, kind in zip(schema.fields, kinds, strict=True):
         name = rename.get(field.name, field.name)
         column = F.col(f"`{field.name}`")
         spec: dict[str, Any] = {"name": name, "type": kind}
