@@ -382,6 +382,36 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
+    def substreams_without_judge(keep: str) -> Callable[[Any, str], Any]:
+        """Substreams with their judge taken out, to measure it (wrong verdicts): ``keep``
+        "nothing" (the rows go on after the shuffle) or "pass-through" (the JAR's
+        ``mapPartitions`` yields every row unchanged)."""
+        from unittest import mock
+
+        from pyspark.sql import functions as F
+
+        from wmobs.policy import _jvm
+        from wmobs.policy._plan import _Plan
+
+        make = policy(substream_by=["device10"], name=f"keys10_{keep}")
+        stage = _jvm.substream_stage
+
+        def nothing(_: Any, staged: Any, config: Any, output: list[str], idle: bool) -> Any:
+            return staged.select(*[F.col(f"`{c}`") for c in output])
+
+        def pass_through(df: Any, spec: dict[str, Any], output: Any) -> Any:
+            return stage(df, {**spec, "pass_through": True}, output)
+
+        def apply(df: Any, ck: str) -> Any:
+            with (
+                mock.patch.object(_Plan, "_jvm_substreams", nothing)
+                if keep == "nothing"
+                else mock.patch.object(_jvm, "substream_stage", pass_through)
+            ):
+                return make(df, ck)
+
+        return apply
+
     def with_dead_letters(jvm: bool = True) -> Callable[[Any, str], Any]:
         """``jvm=False``: handed to Python as a session without wmobs' JAR would."""
         from unittest import mock
@@ -429,6 +459,14 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         ),
         "substreams, 10 keys, judged in Python": (
             without_jar("substream_stage", substream_by=["device10"], name="keys10_python"),
+            "system_timestamp",
+        ),
+        "substreams, 10 keys, no judge (diagnostic)": (
+            substreams_without_judge("nothing"),
+            "system_timestamp",
+        ),
+        "substreams, 10 keys, pass-through judge (diagnostic)": (
+            substreams_without_judge("pass-through"),
             "system_timestamp",
         ),
         "substreams, 10,000 keys": (

@@ -75,6 +75,7 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
   private final int idle; // -1: none
   private final int lateness;
   private final int[] output;
+  private final boolean passThrough;
   private final Broadcast<SerializableConfiguration> conf;
 
   private SubstreamJudge(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
@@ -98,6 +99,7 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
     for (int i = 0; i < output.length; i++) {
       output[i] = columns.get(i).asInt();
     }
+    passThrough = spec.path("pass_through").asBoolean(false);
     this.conf = conf;
   }
 
@@ -108,7 +110,8 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
    * (null: none), {@code candidate_bits} (verdict bits of rows no longer in play), {@code
    * ooo_bit}, the input positions of {@code key}, {@code ts}, {@code arrival}, {@code verdict},
    * {@code idle} (null: no idle timeout) and {@code lateness}, and {@code output}: the input
-   * positions of the columns to yield.
+   * positions of the columns to yield. ({@code pass_through}: yield every row as it is, judge
+   * nothing; a diagnostic of the benchmarks, to measure what the judge costs.)
    */
   public static MapPartitionsFunction<Row, Row> create(SparkSession spark, String spec)
       throws IOException {
@@ -119,6 +122,19 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
 
   @Override
   public Iterator<Row> call(Iterator<Row> input) throws Exception {
+    if (passThrough) {
+      return new Iterator<Row>() {
+        @Override
+        public boolean hasNext() {
+          return input.hasNext();
+        }
+
+        @Override
+        public Row next() {
+          return select(values(input.next()));
+        }
+      };
+    }
     List<Row> rows = new ArrayList<>();
     input.forEachRemaining(rows::add);
     if (rows.isEmpty()) {
