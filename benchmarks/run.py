@@ -396,7 +396,7 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         make = policy(substream_by=["device10"], name=f"keys10_{keep}")
         stage = _jvm.substream_stage
 
-        def nothing(_: Any, staged: Any, config: Any, output: list[str], idle: bool) -> Any:
+        def nothing(_: Any, staged: Any, config: Any, output: list[str], *rest: Any) -> Any:
             return staged.select(*[F.col(f"`{c}`") for c in output])
 
         def pass_through(df: Any, spec: dict[str, Any], output: Any) -> Any:
