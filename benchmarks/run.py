@@ -382,6 +382,28 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
+    def observing(what: str) -> Callable[[Any, str], Any]:
+        """The global policy observing ``what`` instead of its columns, to measure ``observe``
+        (wrong observations): "nothing" (no ``observe`` node) or "one count"."""
+        from unittest import mock
+
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
+
+        make = policy()
+        observe = DataFrame.observe
+
+        def replaced(df: Any, observation: Any, *columns: Any) -> Any:
+            if what == "nothing":
+                return df
+            return observe(df, observation, F.count(F.lit(1)).alias("rows"))
+
+        def apply(df: Any, ck: str) -> Any:
+            with mock.patch.object(DataFrame, "observe", replaced):
+                return make(df, ck)
+
+        return apply
+
     def substreams_without_judge(keep: str) -> Callable[[Any, str], Any]:
         """Substreams with their judge taken out, to measure it (wrong verdicts): ``keep``
         "nothing" (the rows go on after the shuffle) or "pass-through" (the JAR's
@@ -439,6 +461,11 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
             "system_timestamp",
         ),
         "global policy without distributions": (without("distributions"), "system_timestamp"),
+        "global policy without observe (diagnostic)": (observing("nothing"), "system_timestamp"),
+        "global policy observing one count (diagnostic)": (
+            observing("one count"),
+            "system_timestamp",
+        ),
         "global policy without the watermark read (diagnostic)": (
             without("watermark read"),
             "system_timestamp",
