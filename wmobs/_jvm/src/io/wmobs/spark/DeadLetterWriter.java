@@ -8,6 +8,7 @@ import java.io.Serializable;
 import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
@@ -57,8 +58,8 @@ import org.apache.spark.util.TaskCompletionListener;
 public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable {
   private static final long serialVersionUID = 1L;
   private static final ObjectMapper JSON = new ObjectMapper();
-  /** Task attempt -> the file it is writing. */
-  private static final Map<Long, TaskFile> OPEN = new ConcurrentHashMap<>();
+  /** (task attempt, spec) -> the file it is writing: one per policy in a task. */
+  private static final Map<List<Object>, TaskFile> OPEN = new ConcurrentHashMap<>();
 
   private final String directory;
   private final String[] names;
@@ -68,6 +69,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   private final String[] policyNames;
   private final long[] policyBits;
   private final String arrowSchema;
+  private final String spec;
   private final Broadcast<SerializableConfiguration> conf;
 
   private DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
@@ -93,6 +95,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
       policyBits[i] = policies.get(i).get(1).asLong();
     }
     arrowSchema = spec.path("arrow_schema").asText("");
+    this.spec = spec.toString();
     this.conf = conf;
     schema(); // a bad spec fails on the driver, not in a task
   }
@@ -121,10 +124,11 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
     if (task == null) {
       throw new IllegalStateException("wmobs: dead letters are written inside Spark tasks");
     }
-    TaskFile file = OPEN.get(task.taskAttemptId());
+    List<Object> key = List.of(task.taskAttemptId(), spec);
+    TaskFile file = OPEN.get(key);
     if (file == null) {
       file = new TaskFile(task);
-      OPEN.put(task.taskAttemptId(), file);
+      OPEN.put(key, file);
       task.addTaskCompletionListener(
           new TaskCompletionListener() {
             @Override
@@ -138,7 +142,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   }
 
   private void finish(TaskContext task) {
-    TaskFile file = OPEN.remove(task.taskAttemptId());
+    TaskFile file = OPEN.remove(List.of(task.taskAttemptId(), spec));
     if (file == null) {
       return;
     }
