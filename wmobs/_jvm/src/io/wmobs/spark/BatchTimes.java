@@ -9,8 +9,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataInputStream;
-import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
 import org.apache.spark.broadcast.Broadcast;
@@ -132,10 +130,6 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
   }
 
   private String readText(String path) throws IOException {
-    Path file = new Path(path);
-    FileSystem fs = file.getFileSystem(conf.value().value());
-    try (FSDataInputStream in = fs.open(file)) {
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
-    }
+    return new String(Hadoop.read(new Path(path), conf.value().value()), StandardCharsets.UTF_8);
   }
 }

@@ -66,6 +66,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   private final String[] kinds;
   private final int[] precisions;
   private final int[] scales;
+  private final int[] widths; // of a decimal's fixed-length bytes
   private final String[] policyNames;
   private final long[] policyBits;
   private final String arrowSchema;
@@ -80,12 +81,14 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
     kinds = new String[n];
     precisions = new int[n];
     scales = new int[n];
+    widths = new int[n];
     for (int i = 0; i < n; i++) {
       JsonNode field = fields.get(i);
       names[i] = field.get("name").asText();
       kinds[i] = field.get("type").asText();
       precisions[i] = field.path("precision").asInt(0);
       scales[i] = field.path("scale").asInt(0);
+      widths[i] = decimalBytes(precisions[i]);
     }
     JsonNode policies = spec.get("policies");
     policyNames = new String[policies.size()];
@@ -205,7 +208,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
             .named(name);
       case "decimal":
         return Types.optional(PrimitiveTypeName.FIXED_LEN_BYTE_ARRAY)
-            .length(decimalBytes(precisions[i]))
+            .length(widths[i])
             .as(LogicalTypeAnnotation.decimalType(scales[i], precisions[i]))
             .named(name);
       default:
@@ -332,7 +335,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
     private byte[] unscaled(int i, Row row) {
       BigDecimal value = row.getDecimal(i).setScale(scales[i]);
       byte[] bytes = value.unscaledValue().toByteArray();
-      byte[] fixed = new byte[decimalBytes(precisions[i])];
+      byte[] fixed = new byte[widths[i]];
       byte sign = (byte) (bytes[0] < 0 ? -1 : 0);
       int pad = fixed.length - bytes.length;
       for (int k = 0; k < fixed.length; k++) {

@@ -184,13 +184,13 @@ public final class SubstreamJudge implements MapPartitionsFunction<Row, Row>, Se
       synthetic = advanceIdle(state, nowMs);
     }
     if (store != null) {
+      Map<Integer, TreeMap<Long, long[]>> parts = new HashMap<>(); // bucket -> its keys, in order
+      for (Map.Entry<Long, long[]> e : state.entrySet()) {
+        int bucket = (int) Math.floorMod(e.getKey(), (long) buckets);
+        parts.computeIfAbsent(bucket, b -> new TreeMap<>()).put(e.getKey(), e.getValue());
+      }
       for (int bucket : present) {
-        TreeMap<Long, long[]> part = new TreeMap<>();
-        for (Map.Entry<Long, long[]> e : state.entrySet()) {
-          if (Math.floorMod(e.getKey(), (long) buckets) == bucket) {
-            part.put(e.getKey(), e.getValue());
-          }
-        }
+        TreeMap<Long, long[]> part = parts.getOrDefault(bucket, new TreeMap<>());
         if (!part.isEmpty() || loaded.get(bucket) > 0) { // nothing before or after: no file
           store.save(bucket, batchId, part);
         }
