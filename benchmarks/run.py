@@ -31,7 +31,6 @@ Speed is never asserted in tests; this script reports it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -329,9 +328,11 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     (dead letters go to ``work / "dead"``)."""
     from wmobs import TimePolicy
 
-    def policy(**kw: Any) -> Callable[[Any, str], Any]:
+    def policy(dead_letters: bool = False, **kw: Any) -> Callable[[Any, str], Any]:
+        """``dead_letters``: dropped rows to ``work / "dead"``."""
         p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute", **kw)
-        return lambda df, ck: p.apply(df, checkpoint_location=ck)
+        dead = str(work / "dead") if dead_letters else None
+        return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=dead)
 
     def without(*parts: str) -> Callable[[Any, str], Any]:
         """The global policy without some of its parts, to measure what they cost:
@@ -366,7 +367,7 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     def without_jar(*functions: str, **kw: Any) -> Callable[[Any, str], Any]:
         """The policy (``kw``; default the global one) as in a session without (some of) wmobs'
         JAR ``functions``: the batch's times from the Python data source, one Spark aggregate
-        per observed column, substreams judged in Python."""
+        per observed column, substreams judged and dead letters handed over in Python."""
         from contextlib import ExitStack
         from unittest import mock
 
@@ -434,21 +435,6 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
-    def with_dead_letters(jvm: bool = True) -> Callable[[Any, str], Any]:
-        """``jvm=False``: handed to Python as a session without wmobs' JAR would."""
-        from unittest import mock
-
-        from wmobs.policy import _jvm
-
-        p = TimePolicy(out_of_order="10 seconds", late_arrival="1 minute")
-
-        def apply(df: Any, ck: str) -> Any:
-            python = mock.patch.object(_jvm, "dead_letter_function", lambda *_: None)
-            with contextlib.nullcontext() if jvm else python:
-                return p.apply(df, checkpoint_location=ck, dead_letter=str(work / "dead"))
-
-        return apply
-
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "global policy": (policy(), "system_timestamp"),
@@ -474,9 +460,9 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
             without("watermark read", "distributions"),
             "system_timestamp",
         ),
-        "global policy + dead letters": (with_dead_letters(), "system_timestamp"),
+        "global policy + dead letters": (policy(dead_letters=True), "system_timestamp"),
         "global policy + dead letters handed to Python": (
-            with_dead_letters(jvm=False),
+            without_jar("dead_letter_function", dead_letters=True),
             "system_timestamp",
         ),
         "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
