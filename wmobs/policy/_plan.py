@@ -38,6 +38,7 @@ from wmobs.policy._verdicts import (
     DROP_POLICIES,
     DROPPED_BITS,
     EARLY_ADJUSTED,
+    EVENT,
     EARLY_DROPPED,
     IDLE,
     INVALID_DROPPED,
@@ -452,7 +453,7 @@ class _Plan:
         aggregate per column."""
         jvm = self._jvm_observation(staged, dead_letters, idle)
         if jvm is not None:
-            return staged, [jvm]
+            return jvm[0], [jvm[1]]
         counts = self._counts(staged, dead_letters, idle)
         if not self.policy.distributions:
             return staged, counts
@@ -500,10 +501,16 @@ class _Plan:
         counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
         return counts
 
-    def _jvm_observation(self, staged: DataFrame, dead_letters: bool, idle: bool) -> Column | None:
+    def _jvm_observation(
+        self, staged: DataFrame, dead_letters: bool, idle: bool
+    ) -> tuple[DataFrame, Column] | None:
         """The columns of :meth:`_counts` and :meth:`_distributions` as members of one JSON
         object (:data:`~wmobs.observations.STRUCT_COLUMN`), counted by one aggregate of wmobs'
-        JAR; None where the session has not loaded it."""
+        JAR, and ``staged`` with what it reads; None where the session has not loaded it.
+
+        Its arguments are plain columns (the event time one more, computed in the stage's
+        generated code): the aggregate reads those in place, and would evaluate anything
+        else row by row."""
         from pyspark.sql import functions as F
 
         from wmobs.policy._jvm import observation_function
@@ -529,15 +536,15 @@ class _Plan:
         function = observation_function(staged.sparkSession, spec)
         if function is None:
             return None
+        staged = staged.withColumn(EVENT, self._event_time(staged))
         arguments = [
             F.col(VERDICT),
             F.col(TS),
-            self._event_time(staged),
-            F.col(IDLE) if idle else F.lit(REAL),
+            F.col(EVENT),
+            F.col(IDLE) if idle else F.lit(REAL).cast("long"),
             *([F.col(DELAY), F.col(LATENESS)] if distributions else []),
         ]
-        counted = F.call_function(function, *[a.cast("long") for a in arguments])
-        return counted.alias(STRUCT_COLUMN)
+        return staged, F.call_function(function, *arguments).alias(STRUCT_COLUMN)
 
     def _distributions(self, staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
         """``staged`` with the joint bucket of each row's arrival delay and lateness (computed

@@ -4,19 +4,26 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
 import java.io.Serializable;
-import java.util.ArrayList;
+import java.io.UncheckedIOException;
 import java.util.Arrays;
-import java.util.List;
-import org.apache.spark.sql.Encoder;
-import org.apache.spark.sql.Encoders;
-import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.expressions.Aggregator;
-import org.apache.spark.sql.functions;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.BoundReference;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.aggregate.ImperativeAggregate;
+import org.apache.spark.sql.catalyst.expressions.aggregate.TypedImperativeAggregate;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.StructField;
-import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Everything a time policy observes per micro-batch, as one aggregate function for {@code
@@ -28,7 +35,10 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>Spark evaluates every aggregate of {@code observe} row by row outside the stage's
  * generated code (~20 ns per row and aggregate), and plans each of them again in every
- * micro-batch; one aggregate does it once. Its arguments, one row each: the verdict bits, the
+ * micro-batch; one aggregate does it once. It is a Catalyst aggregate ({@link Aggregate}), not
+ * an {@code Aggregator}: an {@code Aggregator} gets each row copied into a new row and then
+ * decoded into a {@code Row} of boxed values, which measured a third of its time; this one
+ * reads the columns of the row in place. Its arguments, one row each: the verdict bits, the
  * system timestamp (µs), the event time (µs), the idle-timeout column ({@code -1} for a real
  * row, a positive number of firings for a synthetic one), and, with the distributions, the
  * arrival delay and the lateness (µs).
@@ -49,8 +59,8 @@ import org.apache.spark.sql.types.StructType;
  *       either value not counted; and each one's sum (null without values).
  * </ul>
  */
-public final class PolicyObservation extends Aggregator<Row, PolicyObservation.State, String> {
-  private static final long serialVersionUID = 1L;
+public final class PolicyObservation implements Serializable {
+  private static final long serialVersionUID = 2L;
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final String[] countColumns;
@@ -65,9 +75,13 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
   private final String[] sumColumns;
   private final long[] first;
   private final long[] second;
-  private final StructType input;
+  /** How many arguments the function takes: 4, or 6 with the distributions. */
+  private final int arity;
+  /** The name it is registered under, shown in plans. */
+  private final String name;
 
-  private PolicyObservation(JsonNode spec) {
+  private PolicyObservation(JsonNode spec, String name) {
+    this.name = name;
     JsonNode counts = spec.get("counts");
     countColumns = new String[counts.size()];
     countBits = new long[counts.size()];
@@ -90,14 +104,7 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
             : new String[0];
     first = distributions ? bounds(histogram.get("bounds").get(0)) : new long[0];
     second = distributions ? bounds(histogram.get("bounds").get(1)) : new long[0];
-
-    List<StructField> in = new ArrayList<>();
-    for (String name : new String[] {"verdict", "ts", "event", "idle", "delay", "lateness"}) {
-      if (distributions || !(name.equals("delay") || name.equals("lateness"))) {
-        in.add(DataTypes.createStructField(name, DataTypes.LongType, true));
-      }
-    }
-    input = DataTypes.createStructType(in);
+    arity = distributions ? 6 : 4;
   }
 
   private static String text(JsonNode spec, String field) {
@@ -124,13 +131,25 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
    * {@code sums}: column names, {@code bounds}: two ascending lists of µs).
    */
   public static void register(SparkSession spark, String name, String spec) throws Exception {
-    PolicyObservation observation = new PolicyObservation(JSON.readTree(spec));
-    spark.udf().register(name, functions.udaf(observation, Encoders.row(observation.input)));
+    PolicyObservation observation = new PolicyObservation(JSON.readTree(spec), name);
+    spark
+        .sessionState()
+        .functionRegistry()
+        .createOrReplaceTempFunction(
+            name,
+            arguments -> {
+              if (arguments.size() != observation.arity) {
+                throw new IllegalArgumentException(
+                    "wmobs: " + name + " takes " + observation.arity + " arguments, not "
+                        + arguments.size());
+              }
+              return new Aggregate(observation, arguments, 0, 0);
+            },
+            "scala_udf");
   }
 
   /** What one task has counted. */
-  public static final class State implements Serializable {
-    private static final long serialVersionUID = 1L;
+  public static final class State {
     long rows;
     long[] counts;
     long deadLetters;
@@ -140,61 +159,87 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     Long maxEvent;
     long[] buckets;
     Long[] sums = new Long[2];
+    /** The bucket each histogram found last: rows of a batch tend to fall in the same one. */
+    int[] last = new int[2];
   }
 
-  @Override
-  public State zero() {
+  State zero() {
     State state = new State();
     state.counts = new long[countBits.length];
     state.buckets = new long[bucketsColumn == null ? 0 : (first.length + 2) * (second.length + 2)];
     return state;
   }
 
-  private static Long value(Row row, int index) {
-    return row.isNullAt(index) ? null : row.getLong(index);
-  }
-
-  /** The bucket of {@code value} among {@code bounds}, or their bucket count for null. */
-  private static int digit(long[] bounds, Long value) {
-    if (value == null) {
-      return bounds.length + 1;
+  /**
+   * The bucket of {@code value} among {@code bounds}: the number of bounds below it. {@code
+   * last}: the bucket found for the previous value, checked first.
+   */
+  private static int digit(long[] bounds, long value, int last) {
+    if ((last == 0 || bounds[last - 1] < value) && (last == bounds.length || value <= bounds[last])) {
+      return last;
     }
     int found = Arrays.binarySearch(bounds, value);
     return found >= 0 ? found : -found - 1;
   }
 
-  @Override
-  public State reduce(State state, Row row) {
+  /** One row's arguments (see the class comment); a null value is not read. */
+  interface Arguments {
+    boolean isNull(int index);
+
+    long get(int index);
+  }
+
+  /** Counts one row. */
+  void reduce(State state, Arguments row) {
     state.rows += 1;
-    Long idle = value(row, 3);
-    boolean real = idle != null && idle == -1L;  // the column's value for a real row
-    if (idle != null && idle > 0) {
+    boolean idleKnown = !row.isNull(3);
+    long idle = idleKnown ? row.get(3) : 0;
+    boolean real = idleKnown && idle == -1L;  // the column's value for a real row
+    if (idle > 0) {
       state.firings += idle;
     }
-    if (!row.isNullAt(0)) {
-      long verdict = row.getLong(0);
+    if (!row.isNull(0)) {
+      long bits = row.get(0);
       for (int i = 0; i < countBits.length; i++) {
-        if ((verdict & countBits[i]) != 0) {
+        if ((bits & countBits[i]) != 0) {
           state.counts[i] += 1;
         }
       }
-      if ((verdict & droppedBits) != 0) {
+      if ((bits & droppedBits) != 0) {
         state.deadLetters += 1;
       } else {
-        state.maxTs = max(state.maxTs, value(row, 1));
-        state.maxEvent = real ? max(state.maxEvent, value(row, 2)) : state.maxEvent;
+        if (!row.isNull(1)) {
+          long ts = row.get(1);
+          if (state.maxTs == null || ts > state.maxTs) {
+            state.maxTs = ts;
+          }
+        }
+        if (real && !row.isNull(2)) {
+          long event = row.get(2);
+          if (state.maxEvent == null || event > state.maxEvent) {
+            state.maxEvent = event;
+          }
+        }
       }
     }
     if (bucketsColumn != null && real) {
-      Long delay = value(row, 4);
-      Long lateness = value(row, 5);
-      if (delay != null || lateness != null) {
-        state.buckets[digit(first, delay) * (second.length + 2) + digit(second, lateness)] += 1;
+      boolean hasDelay = !row.isNull(4);
+      boolean hasLateness = !row.isNull(5);
+      long delay = hasDelay ? row.get(4) : 0;
+      long lateness = hasLateness ? row.get(5) : 0;
+      if (hasDelay || hasLateness) {
+        int a = hasDelay ? (state.last[0] = digit(first, delay, state.last[0])) : first.length + 1;
+        int b =
+            hasLateness ? (state.last[1] = digit(second, lateness, state.last[1])) : second.length + 1;
+        state.buckets[a * (second.length + 2) + b] += 1;
       }
-      state.sums[0] = plus(state.sums[0], delay);
-      state.sums[1] = plus(state.sums[1], lateness);
+      if (hasDelay) {
+        state.sums[0] = state.sums[0] == null ? delay : Math.addExact(state.sums[0], delay);
+      }
+      if (hasLateness) {
+        state.sums[1] = state.sums[1] == null ? lateness : Math.addExact(state.sums[1], lateness);
+      }
     }
-    return state;
   }
 
   /** The larger of two values, either of which may be missing (null). */
@@ -207,8 +252,7 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     return a == null ? b : b == null ? a : Long.valueOf(Math.addExact(a, b));
   }
 
-  @Override
-  public State merge(State a, State b) {
+  State merge(State a, State b) {
     a.rows += b.rows;
     for (int i = 0; i < a.counts.length; i++) {
       a.counts[i] += b.counts[i];
@@ -226,8 +270,7 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     return a;
   }
 
-  @Override
-  public String finish(State state) {
+  String finish(State state) {
     ObjectNode columns = JSON.createObjectNode();
     for (int i = 0; i < countColumns.length; i++) {
       columns.put(countColumns[i], state.counts[i]);
@@ -254,13 +297,225 @@ public final class PolicyObservation extends Aggregator<Row, PolicyObservation.S
     return columns.toString();
   }
 
-  @Override
-  public Encoder<State> bufferEncoder() {
-    return Encoders.javaSerialization(State.class);
+  /** A task's state as bytes, for the driver to merge (fixed layout: the spec is the same). */
+  byte[] serialize(State state) {
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      out.writeLong(state.rows);
+      out.writeLong(state.deadLetters);
+      out.writeLong(state.firings);
+      for (long count : state.counts) {
+        out.writeLong(count);
+      }
+      for (long bucket : state.buckets) {
+        out.writeLong(bucket);
+      }
+      for (Long value : new Long[] {state.maxTs, state.maxEvent, state.sums[0], state.sums[1]}) {
+        out.writeBoolean(value != null);
+        out.writeLong(value == null ? 0 : value);
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return bytes.toByteArray();
   }
 
-  @Override
-  public Encoder<String> outputEncoder() {
-    return Encoders.STRING();
+  State deserialize(byte[] stored) {
+    State state = zero();
+    try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(stored))) {
+      state.rows = in.readLong();
+      state.deadLetters = in.readLong();
+      state.firings = in.readLong();
+      for (int i = 0; i < state.counts.length; i++) {
+        state.counts[i] = in.readLong();
+      }
+      for (int i = 0; i < state.buckets.length; i++) {
+        state.buckets[i] = in.readLong();
+      }
+      Long[] values = new Long[4];
+      for (int i = 0; i < values.length; i++) {
+        boolean present = in.readBoolean();
+        long value = in.readLong();
+        values[i] = present ? value : null;
+      }
+      state.maxTs = values[0];
+      state.maxEvent = values[1];
+      state.sums[0] = values[2];
+      state.sums[1] = values[3];
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return state;
+  }
+
+  /**
+   * The function as Spark evaluates it: a Catalyst aggregate whose state is a {@link State}.
+   * Its arguments are read from the input row where they are plain columns (the plan passes
+   * them so), and evaluated otherwise.
+   */
+  public static final class Aggregate extends TypedImperativeAggregate<State>
+      implements Serializable, Arguments {
+    private static final long serialVersionUID = 1L;
+
+    private final PolicyObservation observation;
+    private final Seq<Expression> arguments;
+    private final Expression[] argument;
+    private final int mutableAggBufferOffset;
+    private final int inputAggBufferOffset;
+    /** Per argument: the input row's ordinal of a plain long or int column, else -1. */
+    private transient int[] ordinals;
+    private transient boolean[] ints;
+    /** The row being counted, and the arguments evaluated on it (those not plain columns). */
+    private transient InternalRow row;
+    private transient Long[] evaluated;
+
+    public Aggregate(
+        PolicyObservation observation,
+        Seq<Expression> arguments,
+        int mutableAggBufferOffset,
+        int inputAggBufferOffset) {
+      this.observation = observation;
+      this.arguments = arguments;
+      this.argument = CollectionConverters.asJava(arguments).toArray(new Expression[0]);
+      this.mutableAggBufferOffset = mutableAggBufferOffset;
+      this.inputAggBufferOffset = inputAggBufferOffset;
+    }
+
+    /** The ordinals, found on the first row (the arguments are bound by then). */
+    private void locate() {
+      ordinals = new int[argument.length];
+      ints = new boolean[argument.length];
+      for (int i = 0; i < argument.length; i++) {
+        DataType type = argument[i].dataType();
+        ints[i] = type.equals(DataTypes.IntegerType);
+        boolean plain = argument[i] instanceof BoundReference;
+        ordinals[i] =
+            plain && (ints[i] || type.equals(DataTypes.LongType))
+                ? ((BoundReference) argument[i]).ordinal()
+                : -1;
+      }
+      evaluated = new Long[argument.length];
+    }
+
+    @Override
+    public boolean isNull(int index) {
+      int ordinal = ordinals[index];
+      if (ordinal >= 0) {
+        return row.isNullAt(ordinal);
+      }
+      Object value = argument[index].eval(row);
+      evaluated[index] = value == null ? null : ((Number) value).longValue();
+      return value == null;
+    }
+
+    @Override
+    public long get(int index) {
+      int ordinal = ordinals[index];
+      if (ordinal < 0) {
+        return evaluated[index];  // isNull(index) evaluated it
+      }
+      return ints[index] ? row.getInt(ordinal) : row.getLong(ordinal);
+    }
+
+    @Override
+    public State createAggregationBuffer() {
+      return observation.zero();
+    }
+
+    @Override
+    public State update(State state, InternalRow input) {
+      if (ordinals == null) {
+        locate();
+      }
+      row = input;
+      observation.reduce(state, this);
+      return state;
+    }
+
+    @Override
+    public State merge(State state, State other) {
+      return observation.merge(state, other);
+    }
+
+    @Override
+    public Object eval(State state) {
+      return UTF8String.fromString(observation.finish(state));
+    }
+
+    @Override
+    public byte[] serialize(State state) {
+      return observation.serialize(state);
+    }
+
+    @Override
+    public State deserialize(byte[] stored) {
+      return observation.deserialize(stored);
+    }
+
+    @Override
+    public int mutableAggBufferOffset() {
+      return mutableAggBufferOffset;
+    }
+
+    @Override
+    public ImperativeAggregate withNewMutableAggBufferOffset(int offset) {
+      return new Aggregate(observation, arguments, offset, inputAggBufferOffset);
+    }
+
+    @Override
+    public int inputAggBufferOffset() {
+      return inputAggBufferOffset;
+    }
+
+    @Override
+    public ImperativeAggregate withNewInputAggBufferOffset(int offset) {
+      return new Aggregate(observation, arguments, mutableAggBufferOffset, offset);
+    }
+
+    @Override
+    public Seq<Expression> children() {
+      return arguments;
+    }
+
+    @Override
+    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+      return new Aggregate(observation, children, mutableAggBufferOffset, inputAggBufferOffset);
+    }
+
+    @Override
+    public boolean nullable() {
+      return false;
+    }
+
+    @Override
+    public DataType dataType() {
+      return DataTypes.StringType;
+    }
+
+    @Override
+    public String prettyName() {
+      return observation.name;
+    }
+
+    @Override
+    public int productArity() {
+      return 4;
+    }
+
+    @Override
+    public Object productElement(int n) {
+      return switch (n) {
+        case 0 -> observation;
+        case 1 -> arguments;
+        case 2 -> mutableAggBufferOffset;
+        case 3 -> inputAggBufferOffset;
+        default -> throw new IndexOutOfBoundsException(n);
+      };
+    }
+
+    @Override
+    public boolean canEqual(Object other) {
+      return other instanceof Aggregate;
+    }
   }
 }
