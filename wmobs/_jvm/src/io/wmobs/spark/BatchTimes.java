@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.Serializable;
+import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
@@ -13,9 +14,18 @@ import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.api.java.UDF0;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.util.SerializableConfiguration;
+import scala.collection.immutable.IndexedSeq;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The watermark or the timestamp of the running micro-batch, as a SQL function without
@@ -27,8 +37,12 @@ import org.apache.spark.util.SerializableConfiguration;
  * session's Hadoop configuration, the one Spark wrote the checkpoint with. This replaces a
  * one-row Python data source broadcast into the plan, which cost a Spark job of its own per
  * micro-batch. Mirrors {@code wmobs/policy/_checkpoint.py}, which stays the fallback.
+ *
+ * <p>Each function is a Catalyst expression ({@link Time}), not a UDF: a UDF's generated code
+ * calls it on every row, which looks the task up, boxes the value and converts it; the
+ * expression's generated code asks once per task and reads a field on every row.
  */
-public final class BatchTimes implements UDF0<Long>, Serializable {
+public final class BatchTimes implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final ObjectMapper JSON = new ObjectMapper();
   /** (checkpoint, batch id, query id) -> {watermark or Long.MIN_VALUE for none, timestamp}. */
@@ -61,19 +75,38 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
     Configuration hadoop = spark.sessionState().newHadoopConf();
     Broadcast<SerializableConfiguration> conf =
         SerializableConfiguration.broadcast(spark.sparkContext(), hadoop);
-    spark.udf().register(watermarkName, new BatchTimes(checkpoint, true, conf), DataTypes.LongType);
-    spark.udf().register(timestampName, new BatchTimes(checkpoint, false, conf), DataTypes.LongType);
+    register(spark, watermarkName, new BatchTimes(checkpoint, true, conf));
+    register(spark, timestampName, new BatchTimes(checkpoint, false, conf));
   }
 
-  @Override
-  public Long call() throws Exception {
+  private static void register(SparkSession spark, String name, BatchTimes function) {
+    spark
+        .sessionState()
+        .functionRegistry()
+        .createOrReplaceTempFunction(
+            name,
+            arguments -> {
+              if (arguments.size() != 0) {
+                throw new IllegalArgumentException("wmobs: " + name + " takes no arguments");
+              }
+              return new Time(function, name);
+            },
+            "scala_udf");
+  }
+
+  /** The value for the running task: null for no watermark (yet). */
+  public Long call() {
     TaskContext task = TaskContext.get();
     if (task == null) {
       throw new IllegalStateException(
           "wmobs: the batch watermark is only known inside a streaming micro-batch's task");
     }
     if (!known || task.taskAttemptId() != taskAttempt) {
-      value = lookUp(task);
+      try {
+        value = lookUp(task);
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
       taskAttempt = task.taskAttemptId();
       known = true;
     }
@@ -131,5 +164,99 @@ public final class BatchTimes implements UDF0<Long>, Serializable {
 
   private String readText(String path) throws IOException {
     return new String(Hadoop.read(new Path(path), conf.value().value()), StandardCharsets.UTF_8);
+  }
+
+  /**
+   * One of the functions as Spark evaluates it. Its generated code reads the value once per
+   * instance of the generated class (Spark makes one per task, and initializes it for its
+   * partition) into fields; evaluated without generated code, it asks {@link BatchTimes#call}
+   * (cached per task attempt).
+   */
+  public static final class Time extends Expression implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private final BatchTimes function;
+    private final String name;
+
+    public Time(BatchTimes function, String name) {
+      this.function = function;
+      this.name = name;
+    }
+
+    @Override
+    public Object eval(InternalRow row) {
+      return function.call();
+    }
+
+    @Override
+    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+      String reference = ctx.addReferenceObj("wmobsBatchTimes", function, BatchTimes.class.getName());
+      String known = ctx.addMutableState("boolean", "wmobsKnown", v -> "", true, true);
+      String isNull = ctx.addMutableState("boolean", "wmobsIsNull", v -> "", true, true);
+      String value = ctx.addMutableState("long", "wmobsValue", v -> "", true, true);
+      // Spark makes an instance per task; one that it initializes for another asks again.
+      ctx.addPartitionInitializationStatement(known + " = false;");
+      String code =
+          "if (!" + known + ") {\n"
+              + "  java.lang.Long found = " + reference + ".call();\n"
+              + "  " + isNull + " = found == null;\n"
+              + "  " + value + " = found == null ? -1L : found.longValue();\n"
+              + "  " + known + " = true;\n"
+              + "}";
+      return ExprCode.apply(
+          new CodeBlock(
+              CollectionConverters.asScala(List.of(code)).toList(),
+              CollectionConverters.asScala(List.<JavaCode>of()).toList()),
+          JavaCode.isNullGlobal(isNull),
+          JavaCode.global(value, DataTypes.LongType));
+    }
+
+    @Override
+    public Seq<Expression> children() {
+      return CollectionConverters.asScala(List.<Expression>of()).toList();
+    }
+
+    @Override
+    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+      return this;
+    }
+
+    @Override
+    public boolean nullable() {
+      return true;
+    }
+
+    @Override
+    public DataType dataType() {
+      return DataTypes.LongType;
+    }
+
+    @Override
+    public String prettyName() {
+      return name;
+    }
+
+    @Override
+    public String toString() {
+      return name + "()";
+    }
+
+    @Override
+    public int productArity() {
+      return 2;
+    }
+
+    @Override
+    public Object productElement(int n) {
+      return switch (n) {
+        case 0 -> function;
+        case 1 -> name;
+        default -> throw new IndexOutOfBoundsException(n);
+      };
+    }
+
+    @Override
+    public boolean canEqual(Object other) {
+      return other instanceof Time;
+    }
   }
 }

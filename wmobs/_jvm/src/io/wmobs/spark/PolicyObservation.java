@@ -107,6 +107,11 @@ public final class PolicyObservation implements Serializable {
     arity = distributions ? 6 : 4;
   }
 
+  @Override
+  public String toString() {
+    return name;
+  }
+
   private static String text(JsonNode spec, String field) {
     JsonNode node = spec.get(field);
     return node == null || node.isNull() ? null : node.asText();
