@@ -695,7 +695,10 @@ def bench_profile(rows: int, runs: int, only: list[str] | None = None) -> dict[s
     jfr = jfr or shutil.which("jfr")
     if jfr is None:
         raise SystemExit("profile: the JDK's jfr command is needed (JAVA_HOME/bin or PATH)")
-    spark = local_spark("wmobs-bench-profile")
+    # Stacks deep enough to reach the stage's root from Parquet's and Hadoop's own frames.
+    spark = local_spark(
+        "wmobs-bench-profile", java_options="-XX:FlightRecorderOptions:stackdepth=512"
+    )
     jvm = spark._jvm
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-profile-"))
     files = 40
