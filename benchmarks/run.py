@@ -676,16 +676,18 @@ PROFILE_PARTS = (
     ("Parquet scan", "org.apache.spark.sql.execution.datasources.FileScanRDD"),
 )
 """Parts of the map stage: a sample counts for the first part whose frame is on its stack."""
-MAP_STAGE_FRAME = "hashAgg_doAggregateWithKeys"
-"""On the stack of every sample of the map stage: the windowed count's partial aggregation."""
+MAP_STAGE_FRAME = "org.apache.spark.scheduler.ShuffleMapTask.runTask"
+"""On the stack of every sample of the stages before the aggregation's shuffle (recorded
+while the queries run, so the input's generation is not among them): the map stage, and
+with substreams the stage before the shuffle by key bucket too."""
 
 
 def bench_profile(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
     """Where the CPU of the map stage goes, per variant of the policy benchmark: Java Flight
     Recorder samples the threads every millisecond while ``runs`` runs of a variant go (after
-    a warm-up of each). The executor threads' samples in the map stage
-    (:data:`MAP_STAGE_FRAME`) are split by :data:`PROFILE_PARTS`; the rest is the stage's
-    generated code (the policy's expressions, the partial aggregation) and the shuffle write.
+    a warm-up of each). The executor threads' samples in the map stages
+    (:data:`MAP_STAGE_FRAME`) are split by :data:`PROFILE_PARTS`; the rest is the stages'
+    generated code (the policy's expressions, the partial aggregation) and shuffle I/O.
     Shares of the stage's samples, in %: JFR samples a bounded number of threads per tick, so
     sample counts do not compare across variants (``--only breakdown`` has each variant's task
     CPU)."""
