@@ -22,8 +22,6 @@
    distributions.
 5. ``breakdown`` (only when asked for): where a micro-batch's time goes, policy variant by
    variant: its phases, the wall time of each Spark stage, task CPU and deserialization.
-   ``profile`` (only when asked for): where the map stage's CPU goes, from Java Flight
-   Recorder's samples of the executor threads, by what they run under.
 6. ``idle``: wall-clock time from a window's end to its emission on a quiet source with an
    idle timeout (``--trigger`` sets the trigger interval).
 
@@ -36,10 +34,8 @@ import argparse
 import json
 import logging
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -669,105 +665,6 @@ def report_breakdown(result: dict[str, dict[str, float]]) -> None:
         print("  " + " | ".join([part, *[f"{result[n][part]:.0f}" for n in names]]))
 
 
-PROFILE_PARTS = (
-    ("observe", "org.apache.spark.sql.execution.CollectMetricsExec"),
-    ("substream judge", "io.wmobs.spark.SubstreamJudge"),
-    ("dead letters", "io.wmobs.spark.DeadLetterWriter"),
-    ("Parquet scan", "org.apache.spark.sql.execution.datasources.FileScanRDD"),
-)
-"""Parts of the map stage: a sample counts for the first part whose frame is on its stack."""
-MAP_STAGE_FRAME = "org.apache.spark.scheduler.ShuffleMapTask.runTask"
-"""On the stack of every sample of the stages before the aggregation's shuffle (recorded
-while the queries run, so the input's generation is not among them): the map stage, and
-with substreams the stage before the shuffle by key bucket too."""
-
-
-def bench_profile(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
-    """Where the CPU of the map stage goes, per variant of the policy benchmark: Java Flight
-    Recorder samples the threads every millisecond while ``runs`` runs of a variant go (after
-    a warm-up of each). The executor threads' samples in the map stages
-    (:data:`MAP_STAGE_FRAME`) are split by :data:`PROFILE_PARTS`; the rest is the stages'
-    generated code (the policy's expressions, the partial aggregation) and shuffle I/O.
-    Shares of the stage's samples, in %: JFR samples a bounded number of threads per tick, so
-    sample counts do not compare across variants (``--only breakdown`` has each variant's task
-    CPU)."""
-    from wmobs.testing import local_spark
-
-    jfr = shutil.which("jfr", path=str(Path(os.environ.get("JAVA_HOME", "/nonexistent")) / "bin"))
-    jfr = jfr or shutil.which("jfr")
-    if jfr is None:
-        raise SystemExit("profile: the JDK's jfr command is needed (JAVA_HOME/bin or PATH)")
-    # Stacks deep enough to reach the stage's root from Parquet's and Hadoop's own frames.
-    spark = local_spark(
-        "wmobs-bench-profile", java_options="-XX:FlightRecorderOptions:stackdepth=512"
-    )
-    jvm = spark._jvm
-    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-profile-"))
-    files = 40
-    schema = _policy_input(spark, work / "in", rows, files)
-    makers = _policy_makers(work)
-    names = [n for n in makers if not only or n == "baseline" or n in only]
-
-    def run(name: str) -> None:
-        checkpoint = str(work / "ckpt")
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        shutil.rmtree(work / "dead", ignore_errors=True)
-        make, column = makers[name]
-        reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
-        stream = make(reader.parquet(str(work / "in")), checkpoint)
-        _windowed_count(stream, column, checkpoint)
-
-    try:
-        for name in names:  # warm-up
-            run(name)
-        result: dict[str, Any] = {}
-        for index, name in enumerate(names):
-            recording = jvm.jdk.jfr.Recording()
-            recording.enable("jdk.ExecutionSample").withPeriod(jvm.java.time.Duration.ofMillis(1))
-            recording.start()
-            for _ in range(runs):
-                run(name)
-            recording.stop()
-            path = work / f"{index}.jfr"
-            recording.dump(jvm.java.io.File(str(path)).toPath())
-            recording.close()
-            result[name] = _profile_parts(jfr, path)
-        return result
-    finally:
-        spark.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _profile_parts(jfr: str, path: Path) -> dict[str, float]:
-    """The map stage's samples in one recording (:func:`bench_profile`), and each part's
-    share of them (%)."""
-    printed = subprocess.run(
-        [jfr, "print", "--events", "jdk.ExecutionSample", "--stack-depth", "512", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    parts = dict.fromkeys([*[p for p, _ in PROFILE_PARTS], "the rest"], 0)
-    for event in printed.split("jdk.ExecutionSample")[1:]:
-        thread = re.search(r'sampledThread = "([^"]*)"', event)
-        if thread is None or not thread.group(1).startswith("Executor task"):
-            continue
-        frames = re.findall(r"^\s+([\w$.]+)\(", event, re.MULTILINE)
-        if any(MAP_STAGE_FRAME in f for f in frames):
-            part = next((p for p, f in PROFILE_PARTS if any(x.startswith(f) for x in frames)), None)
-            parts[part or "the rest"] += 1
-    total = sum(parts.values())
-    return {"samples": total, **{p: 100 * n / max(total, 1) for p, n in parts.items()}}
-
-
-def report_profile(result: dict[str, dict[str, float]]) -> None:
-    names = list(result)
-    print("\nthe map stage's CPU, Java Flight Recorder (samples; each part's share, %):")
-    print("  " + " | ".join(["part", *names]))
-    for part in next(iter(result.values()), {}):
-        print("  " + " | ".join([part, *[f"{result[n][part]:.0f}" for n in names]]))
-
-
 LATENCY_VARIANTS = (
     "baseline",
     "global policy",
@@ -926,16 +823,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument(
         "--only",
-        choices=[
-            "listener",
-            "event",
-            "scrape",
-            "policy",
-            "breakdown",
-            "profile",
-            "latency",
-            "idle",
-        ],
+        choices=["listener", "event", "scrape", "policy", "breakdown", "latency", "idle"],
         default=None,
     )
     parser.add_argument(
@@ -949,8 +837,7 @@ def main() -> None:
         default=None,
         choices=variants,
         metavar="VARIANT",
-        help="policy, breakdown, profile: the variants to run; latency: variants to add "
-        "(repeatable); "
+        help="policy, breakdown: the variants to run; latency: variants to add (repeatable); "
         "one of: " + "; ".join(variants),
     )
     parser.add_argument(
@@ -986,8 +873,6 @@ def main() -> None:
                 print(f"  idle timeout on vs off ({off}): {ratio:.3f}x")
     if args.only == "breakdown":  # a diagnosis, not part of the full run
         report_breakdown(bench_breakdown(args.rows, max(3, args.runs), args.variant))
-    if args.only == "profile":  # a diagnosis, not part of the full run
-        report_profile(bench_profile(args.rows, max(3, args.runs), args.variant))
     if args.only in (None, "latency"):
         report_latency(bench_latency(max(3, args.runs), extra=args.variant), args.plot)
     if args.only in (None, "idle"):

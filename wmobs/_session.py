@@ -18,16 +18,12 @@ def is_connect(spark: Any) -> bool:
 
 
 def local_spark(
-    app_name: str = "wmobs",
-    master: str = "local[2]",
-    conf: dict[str, str] | None = None,
-    *,
-    java_options: str = "",
+    app_name: str = "wmobs", master: str = "local[2]", conf: dict[str, str] | None = None
 ) -> Any:
     """A ``local[2]`` session bound to 127.0.0.1, with Python workers on this interpreter,
     no UI, no console progress bars, JVM logs at ERROR, two shuffle partitions and wmobs' JAR
     (when it can be built here: :func:`wmobs.jar`); ``conf`` adds or overrides Spark
-    settings, ``java_options`` adds options to the driver's JVM."""
+    settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -39,10 +35,7 @@ def local_spark(
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile={log4j} {java_options}".strip(),
-        )
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
