@@ -209,10 +209,29 @@ def without_jar() -> Iterator[None]:
         yield
 
 
-@pytest.mark.parametrize("read", ["jvm", "python"])
+@contextlib.contextmanager
+def without_codegen(spark: Any) -> Iterator[None]:
+    """Queries started in this block evaluate every expression without generated code: the
+    JAR's functions take their ``eval`` path."""
+    confs = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    before = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@pytest.mark.parametrize("read", ["jvm", "jvm without codegen", "python"])
 def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, read: str) -> None:
     """Both ways of reading the batch's times and counting what the policy observes: wmobs' JAR
-    (loaded by the test session) and what a session without it falls back to."""
+    (loaded by the test session; its functions in generated code, and evaluated without) and
+    what a session without it falls back to."""
     for row in worked_rows():
         write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
     policy = TimePolicy(
@@ -222,9 +241,10 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
         late_arrival="5 minutes",
         out_of_order="2 minutes",
     )
-    with without_jar() if read == "python" else contextlib.nullcontext():
+    context = {"python": without_jar(), "jvm without codegen": without_codegen(spark)}
+    with context.get(read, contextlib.nullcontext()):
         kept, counts, progress = run_policy(
-            spark, policy, tmp_path / "in", tmp_path, f"worked_global_{read}"
+            spark, policy, tmp_path / "in", tmp_path, f"worked_global_{read.replace(' ', '_')}"
         )
     assert len([p for p in progress if p["numInputRows"]]) == 12  # one event per micro-batch
     # This input's watermark (largest system timestamp 12:23 - 2 min) and largest event time.
