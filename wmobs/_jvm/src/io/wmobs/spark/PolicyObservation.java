@@ -31,7 +31,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * watermark and largest event time, and the two distributions. Its result is a JSON object
  * whose members are the columns that {@code wmobs/policy/_plan.py} otherwise observes one
  * aggregate each, with the same names and values; the listener reads either. (Text, because
- * Spark's encoder of a struct result cost a few ms more per micro-batch.)
+ * when this was an {@code Aggregator}, Spark's encoder of a struct result cost a few ms more
+ * per micro-batch; the listener reads the text since.)
  *
  * <p>Spark evaluates every aggregate of {@code observe} row by row outside the stage's
  * generated code (~20 ns per row and aggregate), and plans each of them again in every
