@@ -25,7 +25,6 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.util.SerializableConfiguration;
 import scala.collection.immutable.IndexedSeq;
 import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The watermark or the timestamp of the running micro-batch, as a SQL function without
@@ -80,18 +79,7 @@ public final class BatchTimes implements Serializable {
   }
 
   private static void register(SparkSession spark, String name, BatchTimes function) {
-    spark
-        .sessionState()
-        .functionRegistry()
-        .createOrReplaceTempFunction(
-            name,
-            arguments -> {
-              if (arguments.size() != 0) {
-                throw new IllegalArgumentException("wmobs: " + name + " takes no arguments");
-              }
-              return new Time(function, name);
-            },
-            "scala_udf");
+    Catalyst.register(spark, name, 0, arguments -> new Time(function, name));
   }
 
   /** The value for the running task: null for no watermark (yet). */
@@ -203,16 +191,14 @@ public final class BatchTimes implements Serializable {
               + "  " + known + " = true;\n"
               + "}";
       return ExprCode.apply(
-          new CodeBlock(
-              CollectionConverters.asScala(List.of(code)).toList(),
-              CollectionConverters.asScala(List.<JavaCode>of()).toList()),
+          new CodeBlock(Catalyst.seq(List.of(code)), Catalyst.seq(List.<JavaCode>of())),
           JavaCode.isNullGlobal(isNull),
           JavaCode.global(value, DataTypes.LongType));
     }
 
     @Override
     public Seq<Expression> children() {
-      return CollectionConverters.asScala(List.<Expression>of()).toList();
+      return Catalyst.NONE;
     }
 
     @Override

@@ -138,20 +138,8 @@ public final class PolicyObservation implements Serializable {
    */
   public static void register(SparkSession spark, String name, String spec) throws Exception {
     PolicyObservation observation = new PolicyObservation(JSON.readTree(spec), name);
-    spark
-        .sessionState()
-        .functionRegistry()
-        .createOrReplaceTempFunction(
-            name,
-            arguments -> {
-              if (arguments.size() != observation.arity) {
-                throw new IllegalArgumentException(
-                    "wmobs: " + name + " takes " + observation.arity + " arguments, not "
-                        + arguments.size());
-              }
-              return new Aggregate(observation, arguments, 0, 0);
-            },
-            "scala_udf");
+    Catalyst.register(
+        spark, name, observation.arity, arguments -> new Aggregate(observation, arguments, 0, 0));
   }
 
   /** What one task has counted. */
