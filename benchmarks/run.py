@@ -407,11 +407,9 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
     def substreams_without_judge(keep: str) -> Callable[[Any, str], Any]:
         """Substreams with their judge taken out, to measure it (wrong verdicts): ``keep``
-        "nothing" (the rows go on after the shuffle) or "pass-through" (the JAR's
-        ``mapPartitions`` yields every row unchanged)."""
+        "nothing" (the rows go on after the shuffle) or "pass-through" (the JAR's generator
+        yields every row unchanged)."""
         from unittest import mock
-
-        from pyspark.sql import functions as F
 
         from wmobs.policy import _jvm
         from wmobs.policy._plan import _Plan
@@ -419,11 +417,11 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         make = policy(substream_by=["device10"], name=f"keys10_{keep}")
         stage = _jvm.substream_stage
 
-        def nothing(_: Any, staged: Any, config: Any, output: list[str], *rest: Any) -> Any:
-            return staged.select(*[F.col(f"`{c}`") for c in output])
+        def nothing(_: Any, staged: Any, *rest: Any) -> Any:
+            return staged
 
-        def pass_through(df: Any, spec: dict[str, Any], output: Any) -> Any:
-            return stage(df, {**spec, "pass_through": True}, output)
+        def pass_through(df: Any, spec: dict[str, Any]) -> Any:
+            return stage(df, {**spec, "pass_through": True})
 
         def apply(df: Any, ck: str) -> Any:
             with (

@@ -11,8 +11,9 @@ policies fall back to Python and Spark's own functions.
 - Everything a time policy observes, as one aggregate (``PolicyObservation.java``). Without
   the JAR each count is an aggregate of its own in ``observe``; Spark evaluates each one row
   by row outside generated code and plans it again in every micro-batch.
-- Substreams' per-key judge (``SubstreamJudge.java``), a ``mapPartitions`` function over the
-  rows shuffled by key bucket, with the same state files as the Python stage
+- Substreams' per-key judge (``SubstreamJudge.java``), a Catalyst generator over the rows
+  shuffled by key bucket (they stay Spark's binary rows), with the same state files as the
+  Python stage
   (:mod:`wmobs.policy._substream_stage`, a ``mapInArrow`` function), which is the fallback.
 - Dead letters to a Parquet directory (``DeadLetterWriter.java``): a function called only for
   dropped rows, which writes each task's file with Hadoop. Without the JAR every row passes
@@ -216,21 +217,16 @@ def observation_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
     return _spec_function(spark, _OBSERVATION, "wmobs_observation_", spec)
 
 
-def substream_stage(df: Any, spec: Mapping[str, Any], output: Any) -> Any | None:
-    """``df`` judged per key by wmobs' ``SubstreamJudge`` (``spec`` as its ``create``
-    documents) as a ``mapPartitions`` of ``df``'s JVM Dataset, with the columns of ``output``
-    (a ``StructType``); None where the session cannot load wmobs' JAR (the caller uses the
-    Python stage)."""
-    from pyspark.sql import DataFrame
+def substream_stage(df: Any, spec: Mapping[str, Any]) -> Any | None:
+    """``df`` judged per key by wmobs' ``SubstreamJudge`` (``spec`` as its ``register``
+    documents, without ``columns``: ``df``'s, in order), a generator of all of ``df``'s columns
+    that yields the judged rows with the same columns; None where the session cannot load
+    wmobs' JAR (the caller uses the Python stage)."""
+    from pyspark.sql import functions as F
 
-    spark = df.sparkSession
-    made: list[Any] = []
-
-    def create(cls: Any) -> None:
-        made.append(cls.create(spark._jsparkSession, json.dumps(spec, sort_keys=True)))
-
-    if not _register(spark, _SUBSTREAMS, create):
+    name = _spec_function(
+        df.sparkSession, _SUBSTREAMS, "wmobs_substreams_", {**spec, "columns": df.columns}
+    )
+    if name is None:
         return None
-    schema = spark._jsparkSession.parseDataType(output.json())
-    encoder = spark._jvm.org.apache.spark.sql.Encoders.row(schema)
-    return DataFrame(df._jdf.mapPartitions(made[0], encoder), spark)
+    return df.select(F.call_function(name, *[F.col(f"`{c}`") for c in df.columns]))

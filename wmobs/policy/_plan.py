@@ -330,9 +330,9 @@ class _Plan:
         staged = staged.drop(WATERMARK, BATCH_TIME).withColumn(LATENESS, F.lit(None).cast("long"))
         output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
         output_schema = staged.select(*[F.col(f"`{c}`") for c in output]).schema
-        judged = self._jvm_substreams(staged, config, output, output_schema, idle_us is not None)
+        judged = self._jvm_substreams(staged, config, idle_us is not None)
         if judged is not None:
-            return judged
+            return judged.select(*[F.col(f"`{c}`") for c in output])
         stage = substream_stage(
             config,
             Columns(
@@ -351,17 +351,12 @@ class _Plan:
         return staged.mapInArrow(stage, output_schema)
 
     def _jvm_substreams(
-        self,
-        staged: DataFrame,
-        config: SubstreamConfig,
-        output: list[str],
-        output_schema: StructType,
-        idle: bool,
+        self, staged: DataFrame, config: SubstreamConfig, idle: bool
     ) -> DataFrame | None:
         """The per-key judge of wmobs' JAR over ``staged`` (``SubstreamJudge``: no row crosses
-        into Python), with the state files of the Python stage; None where the session has no
-        JAR, or ``storage`` is not the default (the state is then reached with fsspec's
-        credentials, which Hadoop does not have)."""
+        into Python), with the state files of the Python stage: ``staged``'s columns, judged;
+        None where the session has no JAR, or ``storage`` is not the default (the state is then
+        reached with fsspec's credentials, which Hadoop does not have)."""
         from wmobs.policy._jvm import substream_stage as jvm_stage
         from wmobs.policy._substream_state import BUCKETS, state_directory
 
@@ -384,9 +379,8 @@ class _Plan:
             "verdict": at[VERDICT],
             "idle": at[IDLE] if idle else None,
             "lateness": at[LATENESS],
-            "output": [at[c] for c in output],
         }
-        judged: DataFrame | None = jvm_stage(staged, spec, output_schema)
+        judged: DataFrame | None = jvm_stage(staged, spec)
         return judged
 
     # ---- the idle timeout ------------------------------------------------------------------------
