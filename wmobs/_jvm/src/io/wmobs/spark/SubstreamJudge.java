@@ -12,10 +12,11 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
-import java.util.TreeSet;
+import java.util.concurrent.Callable;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
@@ -156,14 +157,20 @@ public final class SubstreamJudge implements Serializable {
     int n = rows.size();
     boolean[] beat = new boolean[n];
     boolean heartbeat = false;
-    TreeSet<Integer> present = new TreeSet<>();
+    boolean[] seen = new boolean[buckets];
     for (int i = 0; i < n; i++) {
       UnsafeRow row = rows.get(i);
       if (idle >= 0 && idleTimeoutMs >= 0 && row.getLong(idle) == HEARTBEAT) {
         beat[i] = true;
         heartbeat = true;
       }
-      present.add((int) Math.floorMod(row.getLong(key), (long) buckets));
+      seen[(int) Math.floorMod(row.getLong(key), (long) buckets)] = true;
+    }
+    List<Integer> present = new ArrayList<>(); // in order
+    for (int bucket = 0; bucket < buckets; bucket++) {
+      if (seen[bucket]) {
+        present.add(bucket);
+      }
     }
 
     TaskContext task = TaskContext.get();
@@ -176,12 +183,19 @@ public final class SubstreamJudge implements Serializable {
     }
     Map<Long, long[]> state = new HashMap<>(); // key -> {max_us, seen_ms, advanced_ms}
     Map<Integer, Integer> loaded = new HashMap<>();
-    for (int bucket : present) {
-      int before = state.size();
-      if (store != null) {
-        store.load(bucket, batchId, state);
+    if (store != null) { // the buckets' files side by side
+      Store from = store;
+      long version = batchId;
+      List<Callable<Map<Long, long[]>>> reads = new ArrayList<>();
+      for (int bucket : present) {
+        reads.add(() -> from.load(bucket, version));
       }
-      loaded.put(bucket, state.size() - before);
+      Iterator<Map<Long, long[]>> read = Hadoop.inParallel(reads).iterator();
+      for (int bucket : present) {
+        Map<Long, long[]> part = read.next();
+        state.putAll(part);
+        loaded.put(bucket, part.size());
+      }
     }
     if (ttlMs >= 0) { // forgotten first: a key back after the TTL starts afresh
       state.values().removeIf(s -> s[1] < nowMs - ttlMs);
@@ -201,11 +215,21 @@ public final class SubstreamJudge implements Serializable {
         int bucket = (int) Math.floorMod(e.getKey(), (long) buckets);
         parts.computeIfAbsent(bucket, b -> new TreeMap<>()).put(e.getKey(), e.getValue());
       }
+      Store to = store;
+      long version = batchId;
+      List<Callable<Void>> writes = new ArrayList<>();
       for (int bucket : present) {
         TreeMap<Long, long[]> part = parts.getOrDefault(bucket, new TreeMap<>());
         if (!part.isEmpty() || loaded.get(bucket) > 0) { // nothing before or after: no file
-          store.save(bucket, batchId, part);
+          writes.add(
+              () -> {
+                to.save(bucket, version, part);
+                return null;
+              });
         }
+      }
+      if (!writes.isEmpty()) { // side by side, all written before a row goes on
+        Hadoop.inParallel(writes);
       }
     }
 
@@ -517,8 +541,9 @@ public final class SubstreamJudge implements Serializable {
       this.root = root.replaceAll("/+$", "");
     }
 
-    /** Adds the bucket's state as the newest batch before {@code batchId} left it. */
-    void load(int bucket, long batchId, Map<Long, long[]> into) throws IOException {
+    /** The bucket's state as the newest batch before {@code batchId} left it. */
+    Map<Long, long[]> load(int bucket, long batchId) throws IOException {
+      Map<Long, long[]> into = new HashMap<>();
       long stale = System.currentTimeMillis() - STALE_MS;
       List<Long> versions = new ArrayList<>();
       for (Hadoop.Entry entry : Hadoop.list(new Path(root + "/" + bucket), hadoop)) {
@@ -534,7 +559,7 @@ public final class SubstreamJudge implements Serializable {
         }
       }
       if (versions.isEmpty()) {
-        return;
+        return into;
       }
       Collections.sort(versions);
       for (long old : versions.subList(0, versions.size() - 1)) { // from a run that stopped
@@ -557,6 +582,7 @@ public final class SubstreamJudge implements Serializable {
           }
         }
       }
+      return into;
     }
 
     /** Writes the bucket's state after {@code batchId}, keys in order. */
