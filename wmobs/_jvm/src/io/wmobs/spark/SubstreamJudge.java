@@ -284,38 +284,63 @@ public final class SubstreamJudge implements Serializable {
       long[] verdicts,
       long[] behind) {
     int n = rows.size();
-    long[] keys = new long[n];
     long[] arrivals = new long[n];
     long[] times = new long[n];
     boolean[] candidate = new boolean[n];
-    Map<Long, int[]> groups = new HashMap<>(); // key -> {count, row, row, ...}
+    // Each row's key as a group number (open addressing over the keys, no boxing), then the
+    // rows of each group together, in input order (a counting sort).
+    int slots = Integer.highestOneBit(Math.max(n, 2) * 2 - 1) * 2;
+    long[] slotKey = new long[slots];
+    int[] slotGroup = new int[slots];
+    Arrays.fill(slotGroup, -1);
+    int[] groupOf = new int[n];
+    long[] groupKey = new long[n];
+    int[] starts = new int[n + 2];
+    int groups = 0;
     for (int i = 0; i < n; i++) {
       if (beat[i]) {
         continue;
       }
       UnsafeRow row = rows.get(i);
-      keys[i] = row.getLong(key);
+      long k = row.getLong(key);
       arrivals[i] = row.isNullAt(arrival) ? 0 : row.getLong(arrival);
       times[i] = row.isNullAt(ts) ? 0 : row.getLong(ts);
       verdicts[i] = intVerdict ? row.getInt(verdict) : row.getLong(verdict);
       candidate[i] = (verdicts[i] & candidateBits) == 0;
-      int[] group = groups.get(keys[i]);
-      if (group == null) {
-        group = new int[4];
-      } else if (group[0] + 1 == group.length) {
-        group = Arrays.copyOf(group, group.length * 2);
+      int slot = (int) (mix(k) & (slots - 1));
+      while (slotGroup[slot] >= 0 && slotKey[slot] != k) {
+        slot = (slot + 1) & (slots - 1);
       }
-      group[++group[0]] = i;
-      groups.put(keys[i], group);
+      if (slotGroup[slot] < 0) {
+        slotKey[slot] = k;
+        slotGroup[slot] = groups;
+        groupKey[groups++] = k;
+      }
+      groupOf[i] = slotGroup[slot];
+      starts[groupOf[i] + 2]++;
     }
-    for (Map.Entry<Long, int[]> entry : groups.entrySet()) {
-      int[] group = entry.getValue();
-      Integer[] order = inArrivalOrder(group, arrivals);
-      long[] known = state.get(entry.getKey());
+    for (int g = 0; g < groups; g++) { // starts[g + 1]: where group g begins
+      starts[g + 2] += starts[g + 1];
+    }
+    int[] order = new int[n];
+    for (int i = 0; i < n; i++) {
+      if (!beat[i]) {
+        order[starts[groupOf[i] + 1]++] = i;
+      }
+    }
+    int[] scratch = null;
+    for (int g = 0; g < groups; g++) { // group g is order[starts[g], starts[g + 1])
+      int from = starts[g];
+      int to = starts[g + 1];
+      if (!sorted(order, from, to, arrivals)) {
+        scratch = scratch == null ? new int[n] : scratch;
+        sortByArrival(order, from, to, arrivals, scratch);
+      }
+      long[] known = state.get(groupKey[g]);
       long start = known == null ? NONE : known[0];
       long best = NONE; // the largest candidate timestamp before the row
-      for (int k = 0; k < group[0]; k++) {
-        int i = order == null ? group[k + 1] : order[k];
+      for (int k = from; k < to; k++) {
+        int i = order[k];
         long before = Math.max(best, start);
         boolean hasMark = before != NONE;
         long watermark = hasMark ? before - toleranceUs : NONE;
@@ -335,28 +360,60 @@ public final class SubstreamJudge implements Serializable {
         known[1] = nowMs;
         known[2] = -1;
       } else if (last != NONE) { // a new key, if a row counted
-        state.put(entry.getKey(), new long[] {last, nowMs, -1});
+        state.put(groupKey[g], new long[] {last, nowMs, -1});
       }
     }
   }
 
-  /** The group's rows (after its count) in arrival order, ties in input order; null if so. */
-  private static Integer[] inArrivalOrder(int[] group, long[] arrivals) {
-    int count = group[0];
-    boolean sorted = true;
-    for (int k = 2; k <= count && sorted; k++) {
-      sorted = arrivals[group[k - 1]] <= arrivals[group[k]];
+  /** A 64-bit finalizer (MurmurHash3's): keys that differ in their high bits spread too. */
+  private static long mix(long k) {
+    k = (k ^ (k >>> 33)) * 0xff51afd7ed558ccdL;
+    k = (k ^ (k >>> 33)) * 0xc4ceb9fe1a85ec53L;
+    return k ^ (k >>> 33);
+  }
+
+  private static boolean sorted(int[] order, int from, int to, long[] arrivals) {
+    for (int k = from + 1; k < to; k++) {
+      if (arrivals[order[k - 1]] > arrivals[order[k]]) {
+        return false;
+      }
     }
-    if (sorted) {
-      return null;
+    return true;
+  }
+
+  /**
+   * {@code order[from, to)} sorted by arrival, ties in the order they are in (a merge sort:
+   * stable, and of the rows' numbers, not boxed).
+   */
+  static void sortByArrival(int[] order, int from, int to, long[] arrivals, int[] scratch) {
+    if (to - from <= 16) { // insertion sort
+      for (int k = from + 1; k < to; k++) {
+        int row = order[k];
+        int j = k - 1;
+        while (j >= from && arrivals[order[j]] > arrivals[row]) {
+          order[j + 1] = order[j];
+          j--;
+        }
+        order[j + 1] = row;
+      }
+      return;
     }
-    Integer[] order = new Integer[count];
-    for (int k = 0; k < count; k++) {
-      order[k] = group[k + 1];
+    int middle = (from + to) >>> 1;
+    sortByArrival(order, from, middle, arrivals, scratch);
+    sortByArrival(order, middle, to, arrivals, scratch);
+    if (arrivals[order[middle - 1]] <= arrivals[order[middle]]) {
+      return; // already in order
     }
-    // Stable: rows were added in input order.
-    Arrays.sort(order, (a, b) -> Long.compare(arrivals[a], arrivals[b]));
-    return order;
+    System.arraycopy(order, from, scratch, from, to - from);
+    int left = from;
+    int right = middle;
+    for (int k = from; k < to; k++) {
+      if (right >= to || (left < middle && arrivals[scratch[left]] <= arrivals[scratch[right]])) {
+        order[k] = scratch[left++];
+      } else {
+        order[k] = scratch[right++];
+      }
+    }
   }
 
   /**
