@@ -329,10 +329,10 @@ class _Plan:
         staged = self._judge_arrival(partitioned)
         staged = staged.drop(WATERMARK, BATCH_TIME).withColumn(LATENESS, F.lit(None).cast("long"))
         output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
-        output_schema = staged.select(*[F.col(f"`{c}`") for c in output]).schema
         judged = self._jvm_substreams(staged, config, idle_us is not None)
         if judged is not None:
             return judged.select(*[F.col(f"`{c}`") for c in output])
+        output_schema = staged.select(*[F.col(f"`{c}`") for c in output]).schema
         stage = substream_stage(
             config,
             Columns(

@@ -385,7 +385,7 @@ public final class SubstreamJudge implements Serializable {
    * {@code order[from, to)} sorted by arrival, ties in the order they are in (a merge sort:
    * stable, and of the rows' numbers, not boxed).
    */
-  static void sortByArrival(int[] order, int from, int to, long[] arrivals, int[] scratch) {
+  private static void sortByArrival(int[] order, int from, int to, long[] arrivals, int[] scratch) {
     if (to - from <= 16) { // insertion sort
       for (int k = from + 1; k < to; k++) {
         int row = order[k];
