@@ -247,6 +247,9 @@ class Storage:
 
     def _listing(self, uri: str | Location) -> list[dict[str, Any]]:
         where = uri if isinstance(uri, Location) else self.resolve(uri)
+        # Object stores' clients keep listings (fsspec's dircache) for the life of the worker:
+        # another process's newer files would go unseen.
+        where.filesystem.invalidate_cache(where.path)
         try:
             infos: list[dict[str, Any]] = where.filesystem.ls(where.path, detail=True)
         except FileNotFoundError:
