@@ -149,13 +149,17 @@ def test_substream_state_versions_on_s3(s3_server: Any) -> None:
     assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]
     assert [row["ts"] for row in stage.feed([(1, 800), (2, 850)])] == [800, 900]
     assert stage.store.stored_keys() == 2
-    keys = sorted(s3_server.objects(bucket, "chk/state/"))
-    assert keys == ["chk/state/1/1.arrow", "chk/state/1/2.arrow", "chk/state/2/0.arrow",
-                    "chk/state/2/2.arrow"]  # fmt: skip
-    # Read back whole by a new store (another executor), through the same layer.
-    again = StateStore(f"s3a://{bucket}/chk/state", s3_server.storage)
-    assert again.load(1, 3).max_us.tolist() == [800]
-    assert again.load(2, 3).max_us.tolist() == [900]
+    # One file per task and batch, named by its buckets (keys 1 and 2: bits 0x6).
+    assert sorted(s3_server.objects(bucket, "chk/state/")) == [
+        "chk/state/0-0000000000000006.arrow",
+        "chk/state/1-0000000000000002.arrow",  # the retry replaced the first attempt's
+        "chk/state/2-0000000000000006.arrow",
+    ]
+    # Read back whole by a new store (another executor), through the same layer; read for
+    # batch 3, the files batch 2 read (kept for a retry of 2) are gone.
+    again = StateStore(f"s3a://{bucket}/chk/state", s3_server.storage).load([1, 2], 3)
+    assert [again[1].max_us.tolist(), again[2].max_us.tolist()] == [[800], [900]]
+    assert sorted(s3_server.objects(bucket, "chk/state/")) == ["chk/state/2-0000000000000006.arrow"]
 
 
 def test_the_offsets_log_is_read_from_s3(s3_server: Any) -> None:
@@ -198,11 +202,13 @@ def test_write_once_and_state_versions_on_azure(azure_server: Any) -> None:
     assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]
     stage.batch -= 1  # a retried batch
     assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]
-    assert StateStore(f"{wasbs}/chk/state", storage).load(1, 2).max_us.tolist() == [500]
     assert sorted(azure_server.blobs(container, "chk/")) == [
-        "chk/state/1/0.arrow",
-        "chk/state/1/1.arrow",
+        "chk/state/0-0000000000000002.arrow",
+        "chk/state/1-0000000000000002.arrow",
     ]
+    again = StateStore(f"{wasbs}/chk/state", storage).load([1], 2)
+    assert again[1].max_us.tolist() == [500]
+    assert sorted(azure_server.blobs(container, "chk/")) == ["chk/state/1-0000000000000002.arrow"]
 
 
 def test_a_missing_container_is_named(azure_server: Any) -> None:

@@ -153,8 +153,10 @@ def test_idle_keys_are_forgotten_after_the_ttl(tmp_path: Path) -> None:
 
 def test_the_state_is_versioned_by_micro_batch(tmp_path: Path) -> None:
     """A retried micro-batch reads the state its first attempt read, so retries judge the
-    same; only the last two versions of a bucket are kept."""
+    same; a task writes one file per batch, and only the files that a retry could read are
+    kept."""
     stage = SubstreamStage(tmp_path)
+    state = tmp_path / "state"
     stage.feed([(1, 500)])
     assert [row["ts"] for row in stage.feed([(1, 100)])] == [500]  # batch 1: out of order
     stage.batch -= 1  # batch 1 again (a retry): the same verdict, not judged against itself
@@ -163,14 +165,74 @@ def test_the_state_is_versioned_by_micro_batch(tmp_path: Path) -> None:
     assert [row["ts"] for row in stage.feed([(1, 900)])] == [900]
     assert [row["ts"] for row in stage.feed([(1, 800)])] == [900]  # batch 2 sees batch 1's 900
     stage.feed([(1, 1000)])
-    assert sorted(p.name for p in (tmp_path / "state" / "1").iterdir()) == ["2.arrow", "3.arrow"]
+    assert sorted(p.name for p in state.iterdir()) == [
+        "2-0000000000000002.arrow",  # read by batch 3
+        "3-0000000000000002.arrow",
+    ]
+    # Keys 1 and 2 (bits 0x6) in one task: one file. Batch 4 reads batch 3's file for bucket 1
+    # and nothing for bucket 2; batch 5 reads batch 4's for both, and batch 3's is not needed.
+    assert [row["ts"] for row in stage.feed([(1, 1100), (2, 70)])] == [1100, 70]
+    assert [row["ts"] for row in stage.feed([(2, 60), (1, 1000)])] == [70, 1100]
+    assert sorted(p.name for p in state.iterdir()) == [
+        "4-0000000000000006.arrow",
+        "5-0000000000000006.arrow",
+    ]
     # A task that died while writing left a temporary file: removed once it is an hour old.
-    dead, fresh = tmp_path / "state" / "1" / ".9.dead.tmp", tmp_path / "state" / "1" / ".9.b.tmp"
+    dead, fresh = state / ".9-0000000000000002.arrow.dead.tmp", state / ".9.b.tmp"
     dead.write_bytes(b"partial")
     fresh.write_bytes(b"being written")
     os.utime(dead, (time.time() - 7200, time.time() - 7200))
-    stage.feed([(1, 1100)])
+    stage.feed([(1, 1200)])
     assert not dead.exists() and fresh.exists()
+
+
+def test_a_task_reads_the_newest_file_of_each_of_its_buckets(tmp_path: Path) -> None:
+    """Which buckets a task gets is Spark's business: a task reads each bucket from the newest
+    file that holds it, whoever wrote it, and a file goes once none of its buckets needs it."""
+    stage = SubstreamStage(tmp_path)
+    state = tmp_path / "state"
+    stage.feed([(1, 500), (2, 600)])  # one task: 0-...6
+    stage.feed([(1, 700)])  # bucket 1 alone: 1-...2
+    stage.feed([(2, 800), (3, 900)])  # 2-...c: bucket 2 from batch 0, bucket 3 new
+    # Buckets 1, 2 and 3 together: each from its newest file, so 1 is behind 700, 2 behind 800.
+    got = stage.feed([(1, 650), (2, 750), (3, 950)])
+    assert [(row["ts"], row["v"]) for row in got] == [(700, 32), (800, 32), (950, 0)]
+    assert sorted(p.name for p in state.iterdir()) == [
+        "1-0000000000000002.arrow",  # read by batch 3
+        "2-000000000000000c.arrow",  # read by batch 3
+        "3-000000000000000e.arrow",
+    ]  # 0-...6 went: batch 1 and 2's files are newer for both its buckets
+
+
+def test_state_of_the_per_bucket_layout_is_read_and_replaced(tmp_path: Path) -> None:
+    """A checkpoint of an earlier wmobs (one file per bucket and batch, ``<bucket>/<batch>
+    .arrow``) goes on where it stopped: its state is read, and its files go once a task file
+    is newer."""
+    import pyarrow as pa
+
+    state = tmp_path / "state"
+
+    def legacy(bucket: int, batch: int, key: int, max_us: int) -> None:
+        columns = {"key": [key], "max_us": [max_us], "seen_ms": [0], "advanced_ms": [-1]}
+        table = pa.table({c: pa.array(v, pa.int64()) for c, v in columns.items()})
+        (state / str(bucket)).mkdir(parents=True, exist_ok=True)
+        with pa.ipc.new_stream(str(state / str(bucket) / f"{batch}.arrow"), table.schema) as w:
+            w.write_table(table)
+
+    legacy(1, 3, key=1, max_us=400)
+    legacy(1, 4, key=1, max_us=900)
+    legacy(5, 4, key=5, max_us=300)
+    stage = SubstreamStage(tmp_path)
+    stage.batch = 5
+    assert [row["ts"] for row in stage.feed([(1, 100)])] == [900]  # bucket 1 as batch 4 left it
+    stage.batch -= 1  # a retry of batch 5 reads the per-bucket file again
+    assert [row["ts"] for row in stage.feed([(1, 100)])] == [900]
+    assert sorted(p.name for p in (state / "1").iterdir()) == ["4.arrow"]
+    assert [row["ts"] for row in stage.feed([(1, 950), (5, 100)])] == [950, 300]
+    assert not (state / "1").exists()  # batch 5's task file is newer: the folder went
+    assert [row["ts"] for row in stage.feed([(5, 50)])] == [300]
+    assert not (state / "5").exists()
+    assert stage.store.stored_keys() == 2
 
 
 @pytest.mark.parametrize("seed", range(50))

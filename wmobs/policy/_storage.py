@@ -78,11 +78,13 @@ _PACKAGES = {"s3": "s3fs", "gcs": "gcsfs", "abfs": "adlfs"}
 
 
 class Entry(NamedTuple):
-    """One file of a listing."""
+    """One file (or folder) of a listing."""
 
     name: str
     """The base name."""
     mtime: datetime | None
+    folder: bool = False
+    """A directory (a common prefix on an object store)."""
 
 
 @dataclass(frozen=True)
@@ -258,10 +260,14 @@ class Storage:
 
     def files(self, uri: str | Location) -> list[Entry]:
         """The files directly below ``uri`` (none if it does not exist)."""
+        return [e for e in self.entries(uri) if not e.folder]
+
+    def entries(self, uri: str | Location) -> list[Entry]:
+        """The files and folders directly below ``uri``, in one listing (none if it does not
+        exist)."""
         return [
-            Entry(_base_name(info), _mtime(info))
+            Entry(_base_name(info), _mtime(info), info.get("type") == "directory")
             for info in self._listing(uri)
-            if info.get("type") != "directory"
         ]
 
     def dirs(self, uri: str | Location) -> list[str]:
@@ -273,6 +279,15 @@ class Storage:
         where = uri if isinstance(uri, Location) else self.resolve(uri)
         with contextlib.suppress(FileNotFoundError):
             where.filesystem.rm_file(where.path)
+
+    def remove_empty_folder(self, uri: str | Location) -> None:
+        """Remove a local folder if it is empty. (An object store has no empty folders: a
+        prefix goes with its last object. HDFS's client removes folders whole: left alone.)"""
+        where = uri if isinstance(uri, Location) else self.resolve(uri)
+        if "file" not in _protocols(where.filesystem):
+            return
+        with contextlib.suppress(OSError):  # not empty, or gone
+            where.filesystem.rmdir(where.path)
 
     # ---- checking, on the driver ------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 Spark shuffles the rows by key bucket (``pmod(key, BUCKETS)``); each task loads the state of
 its buckets (:mod:`wmobs.policy._substream_state`), judges all its rows at once
-(:func:`wmobs.policy._substream_judge.judge_partition`), stores the state back and yields the
-rows with their system timestamps and verdicts.
+(:func:`wmobs.policy._substream_judge.judge_partition`), stores the state back (one file)
+and yields the rows with their system timestamps and verdicts.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def substream_stage(
         )
         loaded: dict[int, KeyState] = {}
         if store is not None and where is not None:
-            loaded = {bucket: store.load(bucket, where[0]) for bucket in buckets}
+            loaded = store.load(buckets, where[0])
         state = KeyState.concat(loaded.values())
         judged, state = judge_partition(
             state,
@@ -114,9 +114,11 @@ def substream_stage(
             config=config,
         )
         if store is not None and where is not None:
-            for bucket, part in state.split(buckets).items():
-                if len(part) or len(loaded[bucket]):  # nothing before or after: no file
-                    store.save(bucket, where[0], part)
+            # a bucket with nothing before or after is left out; none left: no file
+            kept = {
+                b: part for b, part in state.split(buckets).items() if len(part) or len(loaded[b])
+            }
+            store.save(where[0], kept)
 
         system, verdict = ts.copy(), verdicts.copy()
         system[real], verdict[real] = judged.system_us, judged.verdicts

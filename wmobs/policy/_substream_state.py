@@ -1,27 +1,29 @@
 """Substreams, the state: per key, what the judge needs from earlier micro-batches, kept in
 the query's checkpoint.
 
-Keys (64-bit hashes of the substream columns) are spread over ``BUCKETS`` buckets; each
-bucket's state is one Arrow IPC file per micro-batch (:class:`StateStore`), so that a task
-reads and writes only the buckets of its partition.
+Keys (64-bit hashes of the substream columns) are spread over ``BUCKETS`` buckets, and Spark
+shuffles the rows by bucket; each task reads the state of its buckets and writes it back as
+one Arrow IPC file per micro-batch (:class:`StateStore`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from wmobs.policy._storage import Location, Storage
 
-__all__ = ["BUCKETS", "KeyState", "StateStore", "state_directory"]
+__all__ = ["BUCKETS", "KeyState", "StateStore", "file_name", "state_directory"]
 
 BUCKETS = 64
-"""Substream keys are spread over this many state files (one per bucket and micro-batch)."""
+"""Substream keys are spread over this many buckets (the shuffle's key; at most 64: a state
+file names its buckets as the bits of a 64-bit number)."""
 
 
 def state_directory(policy_name: str) -> str:
@@ -75,77 +77,166 @@ class KeyState:
 _STATE_SCHEMA = ("key", "max_us", "seen_ms", "advanced_ms")
 
 
-class StateStore:
-    """The substreams' state in the query's checkpoint, one Arrow IPC file per key bucket and
-    micro-batch: ``<root>/<bucket>/<batchId>.arrow`` (any filesystem of
-    :mod:`wmobs.policy._storage`).
+class _File(NamedTuple):
+    """A state file of one task: ``<batchId>-<buckets>.arrow``, the buckets as 16 hex digits
+    (bit b: bucket b)."""
 
-    Batch *N* reads, per bucket, the newest file of a batch before *N* and writes ``N.arrow``
-    whole, at once (:meth:`Storage.write_once`: one PUT on an object store, a rename
-    elsewhere): a retried or restarted batch *N* reads the same state again and replaces its own
-    file, so the state is exactly once, like Spark's. A bucket with no rows in a batch writes
-    nothing. Files older than the one read are deleted.
+    version: int
+    buckets: int
+    name: str
+
+    @staticmethod
+    def parse(name: str) -> _File | None:
+        stem, dash, mask = name.removesuffix(".arrow").partition("-")
+        if not (name.endswith(".arrow") and dash and stem.isdigit() and len(mask) == 16):
+            return None
+        try:
+            return _File(int(stem), int(mask, 16), name)
+        except ValueError:
+            return None
+
+    def bits(self) -> Iterator[int]:
+        """The buckets the file holds."""
+        mask = self.buckets
+        while mask:
+            low = mask & -mask
+            yield low.bit_length() - 1
+            mask ^= low
+
+
+def file_name(batch_id: int, buckets: Iterable[int]) -> str:
+    """The name of the state file that holds ``buckets`` after ``batch_id``."""
+    mask = 0
+    for bucket in buckets:
+        mask |= 1 << bucket
+    return f"{batch_id}-{mask:016x}.arrow"
+
+
+class StateStore:
+    """The substreams' state in the query's checkpoint (any filesystem of
+    :mod:`wmobs.policy._storage`): each task writes one Arrow IPC file per micro-batch with
+    the state of the key buckets it judged, ``<root>/<batchId>-<buckets>.arrow``
+    (:func:`file_name`).
+
+    Batch *N* reads, per bucket, the newest file of a batch before *N* that holds the bucket
+    (one listing of ``<root>``), and writes ``N-<its buckets>.arrow`` whole, at once
+    (:meth:`Storage.write_once`: one PUT on an object store, a rename elsewhere): a retried or
+    restarted batch *N* reads the same state again and replaces its own file, so the state is
+    exactly once, like Spark's. A task whose buckets hold no key, before or after, writes
+    nothing. A file none of whose buckets it is the newest for (before *N*) is deleted.
+
+    Spark gives a task the same buckets in every micro-batch (the shuffle's partitions are
+    pinned in the checkpoint), so a task reads the file it wrote; nothing depends on it: the
+    layout holds whichever buckets a task gets.
+
+    State of earlier versions of wmobs, one file per bucket (``<root>/<bucket>/<batchId>
+    .arrow``), is read where it is newer and deleted once a task file replaces it.
     """
 
     def __init__(self, root: str, storage: Storage | None = None) -> None:
         self.storage = storage or Storage()
         self.root = self.storage.resolve(root)
 
-    def _versions(self, bucket: int) -> list[int]:
-        """The bucket's versions; temporary files that a dead task left an hour or more ago
-        are deleted on the way (a live one finishes its write in well under that)."""
+    def load(
+        self, buckets: Iterable[int], batch_id: int, *, prune: bool = True
+    ) -> dict[int, KeyState]:
+        """Each bucket's state as the newest batch before ``batch_id`` left it; with
+        ``prune``, files no longer needed go on the way."""
+        wanted = sorted(set(buckets))
+        files, legacy = self._listing(batch_id, prune)
+        newest: dict[int, _File] = {}
+        for file in files:  # by version, ties by name: the last holding a bucket is its newest
+            for bucket in file.bits():
+                newest[bucket] = file
+        chosen: dict[str, list[int]] = {}  # the file to read -> the buckets to take from it
+        for bucket in wanted:
+            found = newest.get(bucket)
+            old = self._legacy(bucket, batch_id, found, prune) if bucket in legacy else None
+            name = old if old is not None else None if found is None else found.name
+            if name is not None:
+                chosen.setdefault(name, []).append(bucket)
+        if prune:
+            mine = sum(1 << b for b in wanted)
+            for file in files:
+                done = all(newest[b].version > file.version for b in file.bits())
+                if done and file.buckets & mine:
+                    self._delete(self.root.child(file.name))
+        states = {bucket: KeyState() for bucket in wanted}
+        for name, taken in chosen.items():
+            states.update(self._read(name).split(taken))
+        return states
+
+    def _listing(self, batch_id: int, prune: bool) -> tuple[list[_File], set[int]]:
+        """The task files before ``batch_id``, in order, and the buckets that have a folder of
+        the per-bucket layout; with ``prune``, temporary files that a dead task left an hour or
+        more ago are deleted (a live one finishes its write in well under that)."""
         import datetime
 
+        stale = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        files: list[_File] = []
+        legacy: set[int] = set()
+        for entry in self.storage.entries(self.root):
+            parsed = _File.parse(entry.name)
+            if entry.folder:
+                if entry.name.isdigit() and int(entry.name) < BUCKETS:
+                    legacy.add(int(entry.name))
+            elif parsed is not None and parsed.version < batch_id:
+                files.append(parsed)
+            elif prune and entry.name.endswith(".tmp") and entry.mtime and entry.mtime < stale:
+                self._delete(self.root.child(entry.name))
+        return sorted(files), legacy
+
+    def _legacy(self, bucket: int, batch_id: int, newer: _File | None, prune: bool) -> str | None:
+        """The bucket's file of the per-bucket layout to read (relative to the root), if it
+        is newer than ``newer``; with ``prune``, its other versions before ``batch_id`` go."""
         folder = self.root.child(str(bucket))
         entries = self.storage.files(folder)
-        stale = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
-        for entry in entries:
-            if entry.name.endswith(".tmp") and entry.mtime is not None and entry.mtime < stale:
-                with contextlib.suppress(OSError):
-                    self.storage.delete(folder.child(entry.name))
-        return sorted(int(e.name[: -len(".arrow")]) for e in entries if _is_version(e.name))
+        versions = sorted(int(e.name[: -len(".arrow")]) for e in entries if _is_version(e.name))
+        versions = [v for v in versions if v < batch_id]
+        keep = (
+            versions[-1] if versions and (newer is None or versions[-1] > newer.version) else None
+        )
+        if prune:  # (its writers were an earlier version of wmobs: a temporary file is dead)
+            for entry in entries:
+                if entry.name.endswith(".tmp"):
+                    self._delete(folder.child(entry.name))
+            for version in versions:
+                if version != keep:
+                    self._delete(folder.child(f"{version}.arrow"))
+            if keep is None:
+                self.storage.remove_empty_folder(folder)
+        return None if keep is None else f"{bucket}/{keep}.arrow"
 
-    def load(self, bucket: int, batch_id: int) -> KeyState:
-        """The bucket's state as the newest batch before ``batch_id`` left it."""
-        versions = [v for v in self._versions(bucket) if v < batch_id]
-        for old in versions[:-1]:  # left over from an earlier run that stopped in between
-            self._delete(bucket, old)
-        return self._read(bucket, versions[-1]) if versions else KeyState()
-
-    def _file(self, bucket: int, version: int) -> Location:
-        return self.root.child(f"{bucket}/{version}.arrow")
-
-    def _read(self, bucket: int, version: int) -> KeyState:
+    def _read(self, name: str) -> KeyState:
         import pyarrow as pa
 
-        data = self.storage.read_bytes(self._file(bucket, version))
+        data = self.storage.read_bytes(self.root.child(name))
         table = pa.ipc.open_stream(pa.BufferReader(data)).read_all()
         return KeyState(*(table.column(c).to_numpy() for c in _STATE_SCHEMA))
 
-    def save(self, bucket: int, batch_id: int, state: KeyState) -> None:
-        """Write the bucket's state after ``batch_id`` (the version it was loaded from stays,
-        for a retry of ``batch_id``; older ones went when it was loaded)."""
+    def save(self, batch_id: int, states: Mapping[int, KeyState]) -> None:
+        """Write the state of ``states``' buckets after ``batch_id``, one file (the versions
+        they were loaded from stay, for a retry of ``batch_id``)."""
         import pyarrow as pa
 
+        if not states:
+            return
+        state = KeyState.concat(states.values())
         table = pa.table(dict(zip(_STATE_SCHEMA, state._arrays(), strict=True)))
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
-        self.storage.write_once(self._file(bucket, batch_id), sink.getvalue().to_pybytes())
+        name = file_name(batch_id, states)
+        self.storage.write_once(self.root.child(name), sink.getvalue().to_pybytes())
 
     def stored_keys(self) -> int:
         """How many keys the newest state files hold (read only; for tests and diagnostics)."""
-        total = 0
-        for name in self.storage.dirs(self.root):
-            if name.isdigit():
-                versions = self._versions(int(name))
-                if versions:
-                    total += len(self._read(int(name), versions[-1]))
-        return total
+        loaded = self.load(range(BUCKETS), sys.maxsize, prune=False)
+        return sum(len(state) for state in loaded.values())
 
-    def _delete(self, bucket: int, batch_id: int) -> None:
-        with contextlib.suppress(OSError):  # already gone (a concurrent attempt of the task)
-            self.storage.delete(self._file(bucket, batch_id))
+    def _delete(self, where: Location) -> None:
+        with contextlib.suppress(OSError):  # already gone (another task, or attempt)
+            self.storage.delete(where)
 
 
 def _is_version(name: str) -> bool:

@@ -171,6 +171,18 @@ final class Hadoop {
   }
 
   /**
+   * Deletes the folder {@code path} if it is empty (not recursively: a folder with files
+   * stays; on an object store an empty prefix is gone already).
+   */
+  static void deleteEmptyFolder(Path path, Configuration conf) {
+    try {
+      delete(path, conf);
+    } catch (IOException e) {
+      // not empty
+    }
+  }
+
+  /**
    * {@code data} as the whole of {@code target}, at once: one PUT on an object store, a
    * temporary file and a rename elsewhere (a reader sees all of it or nothing; a retried
    * task's write replaces the first).

@@ -10,9 +10,7 @@ import java.io.UncheckedIOException;
 import java.nio.channels.Channels;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Collections;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -62,9 +60,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * system timestamp of its earlier candidate rows (and of its state) minus the tolerance; a
  * candidate row below it is out of order, adjusted up to it or dropped. State per key: the
  * largest system timestamp, when it was last seen and up to when its idle clock has run, one
- * Arrow IPC file per key bucket and micro-batch ({@code <root>/<bucket>/<batchId>.arrow}),
- * written whole at once; batch N reads the newest version before N, so a retried batch reads
- * the same state again.
+ * Arrow IPC file per task and micro-batch with the keys of the task's buckets ({@code
+ * <root>/<batchId>-<buckets>.arrow}), written whole at once; batch N reads each bucket from the
+ * newest file before N that holds it, so a retried batch reads the same state again.
  *
  * <p>Spark runs it as a Catalyst generator ({@link Judge}, a SQL function of every column):
  * the partition's rows stay Spark's binary rows, copied once into a buffer, judged when the
@@ -166,13 +164,6 @@ public final class SubstreamJudge implements Serializable {
       }
       seen[(int) Math.floorMod(row.getLong(key), (long) buckets)] = true;
     }
-    List<Integer> present = new ArrayList<>(); // in order
-    for (int bucket = 0; bucket < buckets; bucket++) {
-      if (seen[bucket]) {
-        present.add(bucket);
-      }
-    }
-
     TaskContext task = TaskContext.get();
     String batch = task == null ? null : task.getLocalProperty("streaming.sql.batchId");
     Store store = null;
@@ -182,20 +173,9 @@ public final class SubstreamJudge implements Serializable {
       store = new Store(Hadoop.checkpoint(checkpoint, task) + "/" + directory);
     }
     Map<Long, long[]> state = new HashMap<>(); // key -> {max_us, seen_ms, advanced_ms}
-    Map<Integer, Integer> loaded = new HashMap<>();
-    if (store != null) { // the buckets' files side by side
-      Store from = store;
-      long version = batchId;
-      List<Callable<Map<Long, long[]>>> reads = new ArrayList<>();
-      for (int bucket : present) {
-        reads.add(() -> from.load(bucket, version));
-      }
-      Iterator<Map<Long, long[]>> read = Hadoop.inParallel(reads).iterator();
-      for (int bucket : present) {
-        Map<Long, long[]> part = read.next();
-        state.putAll(part);
-        loaded.put(bucket, part.size());
-      }
+    int[] loaded = new int[buckets]; // keys read per bucket
+    if (store != null) {
+      store.load(seen, batchId, state, loaded);
     }
     if (ttlMs >= 0) { // forgotten first: a key back after the TTL starts afresh
       state.values().removeIf(s -> s[1] < nowMs - ttlMs);
@@ -209,27 +189,19 @@ public final class SubstreamJudge implements Serializable {
     if (heartbeat && idleTimeoutMs >= 0) {
       synthetic = advanceIdle(state, nowMs);
     }
-    if (store != null) {
-      Map<Integer, TreeMap<Long, long[]>> parts = new HashMap<>(); // bucket -> its keys, in order
-      for (Map.Entry<Long, long[]> e : state.entrySet()) {
-        int bucket = (int) Math.floorMod(e.getKey(), (long) buckets);
-        parts.computeIfAbsent(bucket, b -> new TreeMap<>()).put(e.getKey(), e.getValue());
-      }
-      Store to = store;
-      long version = batchId;
-      List<Callable<Void>> writes = new ArrayList<>();
-      for (int bucket : present) {
-        TreeMap<Long, long[]> part = parts.getOrDefault(bucket, new TreeMap<>());
-        if (!part.isEmpty() || loaded.get(bucket) > 0) { // nothing before or after: no file
-          writes.add(
-              () -> {
-                to.save(bucket, version, part);
-                return null;
-              });
+    if (store != null) { // written before any row goes on
+      TreeMap<Long, long[]> sorted = new TreeMap<>(state);
+      long written = 0; // buckets with keys before or after (none: no file)
+      for (int bucket = 0; bucket < buckets; bucket++) {
+        if (seen[bucket] && loaded[bucket] > 0) {
+          written |= 1L << bucket;
         }
       }
-      if (!writes.isEmpty()) { // side by side, all written before a row goes on
-        Hadoop.inParallel(writes);
+      for (long k : sorted.keySet()) {
+        written |= 1L << Math.floorMod(k, (long) buckets);
+      }
+      if (written != 0) {
+        store.save(batchId, written, sorted);
       }
     }
 
@@ -589,7 +561,13 @@ public final class SubstreamJudge implements Serializable {
     }
   }
 
-  /** The state files of one query's substreams ({@code _substream_state.StateStore}). */
+  /**
+   * The state files of one query's substreams ({@code _substream_state.StateStore}): one Arrow
+   * IPC file per task and micro-batch, {@code <root>/<batchId>-<buckets>.arrow} (the buckets as
+   * the bits of 16 hex digits), read per bucket from the newest file before the batch that
+   * holds it; files of the per-bucket layout of earlier versions ({@code <root>/<bucket>/
+   * <batchId>.arrow}) read where newer, and deleted once a task file is.
+   */
   private final class Store {
     private final String root;
     private final Configuration hadoop = conf.value().value();
@@ -598,16 +576,106 @@ public final class SubstreamJudge implements Serializable {
       this.root = root.replaceAll("/+$", "");
     }
 
-    /** The bucket's state as the newest batch before {@code batchId} left it. */
-    Map<Long, long[]> load(int bucket, long batchId) throws IOException {
-      Map<Long, long[]> into = new HashMap<>();
+    /** A task file: {version, buckets}. */
+    private static long[] parse(String name) {
+      int dash = name.indexOf('-');
+      if (!name.endsWith(".arrow") || dash <= 0 || name.length() - ".arrow".length() - dash != 17) {
+        return null;
+      }
+      String version = name.substring(0, dash);
+      String bits = name.substring(dash + 1, dash + 17);
+      if (!version.chars().allMatch(Character::isDigit) || !bits.matches("[0-9a-f]{16}")) {
+        return null;
+      }
+      return new long[] {Long.parseLong(version), Long.parseUnsignedLong(bits, 16)};
+    }
+
+    private static String name(long version, long bits) {
+      return version + "-" + String.format("%016x", bits) + ".arrow";
+    }
+
+    /**
+     * Into {@code state}, the keys of the buckets in {@code wanted} as the newest batch before
+     * {@code batchId} left them ({@code loaded}: how many per bucket); the files no longer
+     * needed by this task's buckets go on the way.
+     */
+    void load(boolean[] wanted, long batchId, Map<Long, long[]> state, int[] loaded)
+        throws IOException {
       long stale = System.currentTimeMillis() - STALE_MS;
-      List<Long> versions = new ArrayList<>();
-      for (Hadoop.Entry entry : Hadoop.list(new Path(root + "/" + bucket), hadoop)) {
+      List<long[]> files = new ArrayList<>();
+      boolean[] legacy = new boolean[buckets];
+      for (Hadoop.Entry entry : Hadoop.list(new Path(root), hadoop)) {
         String name = entry.name();
-        if (name.endsWith(".tmp") && entry.modifiedMs() < stale) {
-          // left by a task that died an hour ago or more
-          Hadoop.delete(new Path(root + "/" + bucket + "/" + name), hadoop);
+        long[] file = parse(name);
+        if (file != null) {
+          if (file[0] < batchId) {
+            files.add(file);
+          }
+        } else if (name.endsWith(".tmp")) {
+          if (entry.modifiedMs() < stale) { // left by a task that died an hour ago or more
+            Hadoop.delete(new Path(root + "/" + name), hadoop);
+          }
+        } else if (name.matches("[0-9]{1,2}") && Integer.parseInt(name) < buckets) {
+          legacy[Integer.parseInt(name)] = true;
+        }
+      }
+      // In order (by version, ties by buckets): the last file holding a bucket is its newest.
+      files.sort(
+          (a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compareUnsigned(a[1], b[1]));
+      long[][] newest = new long[buckets][];
+      for (long[] file : files) {
+        for (int bucket = 0; bucket < buckets; bucket++) {
+          if ((file[1] >>> bucket & 1) != 0) {
+            newest[bucket] = file;
+          }
+        }
+      }
+      Map<String, Long> chosen = new TreeMap<>(); // file to read -> the buckets to take from it
+      long mine = 0;
+      for (int bucket = 0; bucket < buckets; bucket++) {
+        if (!wanted[bucket]) {
+          continue;
+        }
+        mine |= 1L << bucket;
+        long[] found = newest[bucket];
+        String old = legacy[bucket] ? legacy(bucket, batchId, found) : null;
+        String file = old != null ? old : found == null ? null : name(found[0], found[1]);
+        if (file != null) {
+          chosen.merge(file, 1L << bucket, (a, b) -> a | b);
+        }
+      }
+      for (long[] file : files) { // none of its buckets' newest (so no retry reads it): gone
+        boolean done = (file[1] & mine) != 0;
+        for (int bucket = 0; bucket < buckets && done; bucket++) {
+          done = (file[1] >>> bucket & 1) == 0 || newest[bucket][0] > file[0];
+        }
+        if (done) {
+          Hadoop.delete(new Path(root + "/" + name(file[0], file[1])), hadoop);
+        }
+      }
+      List<String> names = new ArrayList<>(chosen.keySet());
+      List<Callable<byte[]>> reads = new ArrayList<>();
+      for (String file : names) {
+        reads.add(() -> Hadoop.read(new Path(root + "/" + file), hadoop));
+      }
+      List<byte[]> data = Hadoop.inParallel(reads); // side by side (most often, one file)
+      for (int f = 0; f < names.size(); f++) {
+        read(data.get(f), chosen.get(names.get(f)), state, loaded);
+      }
+    }
+
+    /**
+     * The bucket's file of the per-bucket layout to read (relative to the root), if it is
+     * newer than {@code newer}; its other versions before {@code batchId} go, and its folder
+     * once empty.
+     */
+    private String legacy(int bucket, long batchId, long[] newer) throws IOException {
+      Path folder = new Path(root + "/" + bucket);
+      List<Long> versions = new ArrayList<>();
+      for (Hadoop.Entry entry : Hadoop.list(folder, hadoop)) {
+        String name = entry.name();
+        if (name.endsWith(".tmp")) { // its writers were an earlier wmobs: dead
+          Hadoop.delete(new Path(folder, name), hadoop);
         } else if (name.matches("[0-9]+\\.arrow")) {
           long version = Long.parseLong(name.substring(0, name.length() - ".arrow".length()));
           if (version < batchId) {
@@ -615,14 +683,28 @@ public final class SubstreamJudge implements Serializable {
           }
         }
       }
-      if (versions.isEmpty()) {
-        return into;
+      long keep = -1;
+      for (long version : versions) {
+        keep = Math.max(keep, version);
       }
-      Collections.sort(versions);
-      for (long old : versions.subList(0, versions.size() - 1)) { // from a run that stopped
-        Hadoop.delete(file(bucket, old), hadoop);
+      if (keep >= 0 && newer != null && newer[0] >= keep) {
+        keep = -1;
       }
-      byte[] data = Hadoop.read(file(bucket, versions.get(versions.size() - 1)), hadoop);
+      for (long version : versions) {
+        if (version != keep) {
+          Hadoop.delete(new Path(folder, version + ".arrow"), hadoop);
+        }
+      }
+      if (keep < 0) {
+        Hadoop.deleteEmptyFolder(folder, hadoop);
+        return null;
+      }
+      return bucket + "/" + keep + ".arrow";
+    }
+
+    /** The keys of {@code bits}' buckets in one file, into {@code state}. */
+    private void read(byte[] data, long bits, Map<Long, long[]> state, int[] loaded)
+        throws IOException {
       try (BufferAllocator allocator = ARROW.newChildAllocator("wmobs-state", 0, Long.MAX_VALUE);
           ArrowStreamReader reader =
               new ArrowStreamReader(new ByteArrayInputStream(data), allocator)) {
@@ -633,17 +715,19 @@ public final class SubstreamJudge implements Serializable {
             columns[c] = (BigIntVector) table.getVector(STATE_COLUMNS[c]);
           }
           for (int r = 0; r < table.getRowCount(); r++) {
-            into.put(
-                columns[0].get(r),
-                new long[] {columns[1].get(r), columns[2].get(r), columns[3].get(r)});
+            long k = columns[0].get(r);
+            int bucket = (int) Math.floorMod(k, (long) buckets);
+            if ((bits >>> bucket & 1) != 0) {
+              state.put(k, new long[] {columns[1].get(r), columns[2].get(r), columns[3].get(r)});
+              loaded[bucket]++;
+            }
           }
         }
       }
-      return into;
     }
 
-    /** Writes the bucket's state after {@code batchId}, keys in order. */
-    void save(int bucket, long batchId, TreeMap<Long, long[]> part) throws IOException {
+    /** Writes the state of {@code bits}' buckets after {@code batchId}: one file, keys in order. */
+    void save(long batchId, long bits, TreeMap<Long, long[]> keys) throws IOException {
       List<Field> fields = new ArrayList<>();
       for (String name : STATE_COLUMNS) {
         fields.add(Field.nullable(name, new ArrowType.Int(64, true)));
@@ -654,17 +738,17 @@ public final class SubstreamJudge implements Serializable {
         BigIntVector[] columns = new BigIntVector[STATE_COLUMNS.length];
         for (int c = 0; c < columns.length; c++) {
           columns[c] = (BigIntVector) table.getVector(c);
-          columns[c].allocateNew(part.size());
+          columns[c].allocateNew(keys.size());
         }
         int r = 0;
-        for (Map.Entry<Long, long[]> e : part.entrySet()) {
+        for (Map.Entry<Long, long[]> e : keys.entrySet()) {
           columns[0].set(r, e.getKey());
           for (int c = 1; c < columns.length; c++) {
             columns[c].set(r, e.getValue()[c - 1]);
           }
           r++;
         }
-        table.setRowCount(part.size());
+        table.setRowCount(keys.size());
         try (ArrowStreamWriter writer =
             new ArrowStreamWriter(table, null, Channels.newChannel(buffer))) {
           writer.start();
@@ -672,11 +756,7 @@ public final class SubstreamJudge implements Serializable {
           writer.end();
         }
       }
-      Hadoop.writeOnce(file(bucket, batchId), buffer.toByteArray(), hadoop);
-    }
-
-    private Path file(int bucket, long version) {
-      return new Path(root + "/" + bucket + "/" + version + ".arrow");
+      Hadoop.writeOnce(new Path(root + "/" + name(batchId, bits)), buffer.toByteArray(), hadoop);
     }
   }
 }
