@@ -125,9 +125,9 @@ class StateStore:
     exactly once, like Spark's. A task whose buckets hold no key, before or after, writes
     nothing. A file none of whose buckets it is the newest for (before *N*) is deleted.
 
-    Spark gives a task the same buckets in every micro-batch (the shuffle's partitions are
-    pinned in the checkpoint), so a task reads the file it wrote; nothing depends on it: the
-    layout holds whichever buckets a task gets.
+    With the number of shuffle partitions that Spark keeps in the checkpoint, a task gets the
+    same buckets in every micro-batch, so it reads the file it wrote; nothing depends on it:
+    the layout holds whichever buckets a task gets.
 
     State of earlier versions of wmobs, one file per bucket (``<root>/<bucket>/<batchId>
     .arrow``), is read where it is newer and deleted once a task file replaces it.
