@@ -9,6 +9,7 @@ one Arrow IPC file per micro-batch (:class:`StateStore`).
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class KeyState:
 
 
 _STATE_SCHEMA = ("key", "max_us", "seen_ms", "advanced_ms")
+_TASK_FILE = re.compile(r"([0-9]+)-([0-9a-f]{16})\.arrow")
 
 
 class _File(NamedTuple):
@@ -87,13 +89,8 @@ class _File(NamedTuple):
 
     @staticmethod
     def parse(name: str) -> _File | None:
-        stem, dash, mask = name.removesuffix(".arrow").partition("-")
-        if not (name.endswith(".arrow") and dash and stem.isdigit() and len(mask) == 16):
-            return None
-        try:
-            return _File(int(stem), int(mask, 16), name)
-        except ValueError:
-            return None
+        match = _TASK_FILE.fullmatch(name)
+        return None if match is None else _File(int(match[1]), int(match[2], 16), name)
 
     def bits(self) -> Iterator[int]:
         """The buckets the file holds."""
