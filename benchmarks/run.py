@@ -433,8 +433,16 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return apply
 
+    def shuffled(df: Any, ck: str) -> Any:
+        """The baseline with a shuffle by key bucket as substreams have, and nothing else."""
+        from pyspark.sql import functions as F
+
+        bucket = F.pmod(F.xxhash64("device10"), F.lit(64))
+        return df.withWatermark("EventTime", "10 seconds").repartition(bucket)
+
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
+        "baseline + a shuffle by key bucket, no policy (diagnostic)": (shuffled, "EventTime"),
         "global policy": (policy(), "system_timestamp"),
         "global policy without the JAR": (
             without_jar("batch_time_functions", "observation_function"),
