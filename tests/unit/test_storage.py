@@ -132,7 +132,7 @@ def test_write_once_is_one_whole_object_and_a_retry_replaces_it(s3_server: Any) 
     assert [e.name for e in storage.files(f"s3a://{bucket}/dl/batch_id=3")] == [
         "part-00001.parquet"
     ]
-    assert storage.dirs(f"s3a://{bucket}/dl") == ["batch_id=3"]
+    assert [e.name for e in storage.entries(f"s3a://{bucket}/dl") if e.folder] == ["batch_id=3"]
     storage.delete(f"s3a://{bucket}/dl/batch_id=3/part-00001.parquet")
     storage.delete(f"s3a://{bucket}/dl/batch_id=3/part-00001.parquet")  # gone is fine
     assert s3_server.objects(bucket) == {}
@@ -195,7 +195,7 @@ def test_write_once_and_state_versions_on_azure(azure_server: Any) -> None:
     assert azure_server.blobs(container) == {"dl/batch_id=3/part-00001.json": b"retry"}
     wasbs = f"wasbs://{container}@devstoreaccount1.blob.core.windows.net"
     assert storage.read_text(f"{wasbs}/dl/batch_id=3/part-00001.json") == "retry"
-    assert storage.dirs(f"{wasbs}/dl") == ["batch_id=3"]
+    assert [e.name for e in storage.entries(f"{wasbs}/dl") if e.folder] == ["batch_id=3"]
 
     stage = SubstreamStage(f"{abfss}/chk", storage=storage)
     stage.feed([(1, 500)])

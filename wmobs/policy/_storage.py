@@ -270,10 +270,6 @@ class Storage:
             for info in self._listing(uri)
         ]
 
-    def dirs(self, uri: str | Location) -> list[str]:
-        """The names of the directories directly below ``uri`` (prefixes on an object store)."""
-        return [_base_name(i) for i in self._listing(uri) if i.get("type") == "directory"]
-
     def delete(self, uri: str | Location) -> None:
         """Remove a file; one that is already gone is fine."""
         where = uri if isinstance(uri, Location) else self.resolve(uri)
