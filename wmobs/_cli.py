@@ -14,8 +14,11 @@ commands:
   rules [OPTIONS]         print the Prometheus alerting rules (wmobs rules --help)
   advise [OPTIONS]        suggest tolerances from the lateness distributions (wmobs advise -h)
   dashboards export DIR   write the Grafana dashboard and the alerting rules into DIR
-  jar                     print the path of wmobs' JAR (for spark.jars), building it first
-                          if needed (a JDK's javac); the time policies run faster with it
+  jar [SPARK_VERSION]     print the path of wmobs' JAR for the installed Spark (or that
+                          version): wmobs' Spark extension, the time policies' JVM engine
+  spark-submit-args [SPARK_VERSION]
+                          print the spark-submit flags that give a cluster the extension
+                          (--jars ... --conf spark.sql.extensions=...)
 """
 
 
@@ -61,14 +64,30 @@ def _dashboards(argv: list[str]) -> int:
 
 
 def _jar(argv: list[str]) -> int:
-    from wmobs.policy import JarBuildError, jar
+    from wmobs.policy import JarError, jar
 
-    if argv:
-        print("usage: wmobs jar", file=sys.stderr)
+    if len(argv) > 1:
+        print("usage: wmobs jar [SPARK_VERSION]", file=sys.stderr)
         return 2
     try:
-        print(jar())
-    except JarBuildError as exc:
+        print(jar(*argv))
+    except JarError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _submit_args(argv: list[str]) -> int:
+    import shlex
+
+    from wmobs.policy import JarError, submit_args
+
+    if len(argv) > 1:
+        print("usage: wmobs spark-submit-args [SPARK_VERSION]", file=sys.stderr)
+        return 2
+    try:
+        print(shlex.join(submit_args(*argv)))
+    except JarError as exc:
         print(exc, file=sys.stderr)
         return 1
     return 0
@@ -92,6 +111,7 @@ _COMMANDS = {
     "advise": _advise,
     "dashboards": _dashboards,
     "jar": _jar,
+    "spark-submit-args": _submit_args,
 }
 
 

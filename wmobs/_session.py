@@ -1,28 +1,29 @@
 """A small local SparkSession for the demo, the tests, the examples and the benchmarks
-(public as :func:`wmobs.testing.local_spark`), and what kind of session a user passed."""
+(public as :func:`wmobs.testing.local_spark`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["is_connect", "local_spark"]
-
-
-def is_connect(spark: Any) -> bool:
-    """True for a Spark Connect session: no JVM in this process."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+__all__ = ["local_spark"]
 
 
 def local_spark(
-    app_name: str = "wmobs", master: str = "local[2]", conf: dict[str, str] | None = None
+    app_name: str = "wmobs",
+    master: str = "local[2]",
+    conf: dict[str, str] | None = None,
+    *,
+    extension: bool = True,
 ) -> Any:
     """A ``local[2]`` session bound to 127.0.0.1, with Python workers on this interpreter,
-    no UI, no console progress bars, JVM logs at ERROR, two shuffle partitions and wmobs' JAR
-    (when it can be built here: :func:`wmobs.jar`); ``conf`` adds or overrides Spark
+    no UI, no console progress bars, JVM logs at ERROR and two shuffle partitions; with
+    ``extension``, wmobs' Spark extension (:func:`wmobs.configure_spark`), where this
+    installation has a JAR for the installed Spark. ``conf`` adds or overrides Spark
     settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -44,16 +45,13 @@ def local_spark(
         # than over TCP.
         .config("spark.python.unix.domain.socket.enabled", str(hasattr(socket, "AF_UNIX")).lower())
     )
-    settings = dict(conf or {})
-    try:
-        from wmobs.policy._jvm import JarBuildError, jar
-
-        jars = [settings["spark.jars"]] if settings.get("spark.jars") else []
-        settings["spark.jars"] = ",".join([*jars, str(jar())])
-    except JarBuildError:  # no JDK here: the time policies use their Python fallback
-        pass
-    for key, value in settings.items():
+    for key, value in (conf or {}).items():
         builder = builder.config(key, value)
+    if extension:
+        from wmobs.policy._jvm import JarError, configure
+
+        with contextlib.suppress(JarError):  # no JAR for this Spark: the Python engine
+            builder = configure(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

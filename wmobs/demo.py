@@ -197,14 +197,16 @@ def _summary_line(snap: QuerySnapshot, batch: BatchSummary, now: float) -> str:
         return "-" if value is None else f"{now - value:6.1f}s"
 
     watermark = "-" if snap.watermark is None else format_timestamp(snap.watermark)[11:19]
-    events = snap.policy_events
+    policy = snap.policy()
+    events = policy.events if policy else {}
+    firings = (policy.idle_timeout_firings if policy else None) or 0
     return (
         f"batch {batch.batch_id:4d}  rows {batch.input_rows:5d}  watermark {watermark:>8}  "
         f"delay {age(snap.watermark)}  lag {age(snap.max_event_time)}  "
         f"early-dropped {events.get(('early_arrival', 'dropped'), 0)}  "
         f"late-dropped {events.get(('late_arrival', 'dropped'), 0)}  "
         f"out-of-order-adjusted {events.get(('out_of_order', 'adjusted'), 0)}  "
-        f"idle-firings {snap.idle_timeout_firings or 0}"
+        f"idle-firings {firings}"
     )
 
 

@@ -65,13 +65,14 @@ def _histogram_lines(snap: QuerySnapshot, _now: float) -> Iterator[str]:
 
 
 def _event_histogram_lines(histogram: str) -> Any:
-    """The lines of one distribution of :data:`EVENT_HISTOGRAMS`, per input of a query."""
+    """The lines of one distribution of :data:`EVENT_HISTOGRAMS`, per policy of a query."""
     name = EVENT_HISTOGRAMS[histogram][0]
     les = [_number(b) for b in HISTOGRAMS[histogram]] + ["+Inf"]
 
     def lines(snap: QuerySnapshot, _now: float) -> Iterator[str]:
-        for (label, which), counts in snap.histograms.items():
-            if which != histogram:
+        for label, policy in snap.policies.items():
+            counts = policy.histograms.get(histogram)
+            if counts is None:
                 continue
             where = f'policy="{_escape(label)}",query="{_escape(snap.label)}"'
             for le, cumulative in zip(les, [*counts.cumulative, counts.count], strict=True):

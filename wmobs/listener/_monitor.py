@@ -128,7 +128,7 @@ def _require_client_side_listeners(spark: Any) -> None:
     """Spark Connect runs a listener in the client only from PySpark 4.0 on: PySpark 3.5 pickles
     it to the server, which can neither pickle wmobs' listener (it holds locks) nor feed the
     client's metrics from there."""
-    from wmobs._session import is_connect
+    from wmobs._spark import is_connect
 
     if not is_connect(spark):
         return

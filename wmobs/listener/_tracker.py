@@ -17,21 +17,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, overload
 
-from wmobs.observations import (
-    ACTIONS,
-    IDLE_TICK,
-    POLICIES,
+from wmobs.listener._observed import (
     HistogramCounts,
     ObservedCounts,
+    PolicyCounts,
     parse_observed_metrics,
 )
+from wmobs.observations import ACTIONS, IDLE_TICK, RULES
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",
     "OUTCOMES",
     "BatchSummary",
-    "InputSnapshot",
     "OperatorSnapshot",
+    "PolicySnapshot",
     "QuerySnapshot",
     "Tracker",
     "format_timestamp",
@@ -79,14 +78,27 @@ class OperatorSnapshot:
     state_memory_bytes: int | None = None
 
 
-@dataclass
-class InputSnapshot:
-    """One input of a query (a time policy), from its observations."""
+def _zero_events() -> dict[tuple[str, str], int]:
+    # Known label sets start at 0, so rate() and alerts see them.
+    return {(r, a): 0 for r in RULES for a in ACTIONS}
 
+
+@dataclass
+class PolicySnapshot:
+    """One time policy of a query (one input; the ``policy`` label), from its observations."""
+
+    events: dict[tuple[str, str], int] = field(default_factory=_zero_events)
+    """Rows per verdict so far: (rule, action) -> count, every known pair from 0."""
+    dead_letter_rows: int | None = None
+    idle_timeout_firings: int | None = None
+    engine: str | None = None
+    """The engine it runs on (``jvm`` or ``python``), once an observation says."""
     watermark: float | None = None
     """Largest watermark of this input seen, unix seconds."""
     max_event_time: float | None = None
     """Largest event time of this input seen, unix seconds."""
+    histograms: dict[str, HistogramCounts] = field(default_factory=dict)
+    """Per histogram name of :data:`wmobs.observations.HISTOGRAMS`: counts so far."""
 
 
 @dataclass
@@ -108,13 +120,8 @@ class QuerySnapshot:
     input_rows: int = 0
     batches: int = 0
     operators: dict[str, OperatorSnapshot] = field(default_factory=dict)
-    policy_events: dict[tuple[str, str], int] = field(default_factory=dict)
-    dead_letter_rows: int | None = None
-    idle_timeout_firings: int | None = None
-    inputs: dict[str, InputSnapshot] = field(default_factory=dict)
-    """Per input (``policy`` label), once its observations carry times."""
-    histograms: dict[tuple[str, str], HistogramCounts] = field(default_factory=dict)
-    """Per (input, histogram name of :data:`wmobs.observations.HISTOGRAMS`): counts so far."""
+    policies: dict[str, PolicySnapshot] = field(default_factory=dict)
+    """Per time policy (``policy`` label), once its first observation arrives."""
     terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     last_exception: str | None = None
     batch_durations: list[int] = field(
@@ -123,6 +130,13 @@ class QuerySnapshot:
     """Micro-batches per bucket of :data:`BATCH_DURATION_BUCKETS` (not cumulative; the last
     one above the largest bound)."""
     batch_duration_sum: float = 0.0
+
+    def policy(self, name: str | None = None) -> PolicySnapshot | None:
+        """The policy ``name``; without it, the query's only policy (None if it has none, or
+        several)."""
+        if name is not None:
+            return self.policies.get(name)
+        return next(iter(self.policies.values())) if len(self.policies) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -171,21 +185,29 @@ def _fold_operator(snap: QuerySnapshot, label: str, op: Mapping[str, Any]) -> in
 
 def _fold_observed(snap: QuerySnapshot, observed: ObservedCounts) -> None:
     """Add one batch's wmobs observations to the query's cumulative counters."""
-    if not snap.policy_events:
-        # Known label sets start at 0, so rate() and alerts see them.
-        snap.policy_events = {(p, a): 0 for p in POLICIES for a in ACTIONS}
-    for key, count in observed.policy_events.items():
-        snap.policy_events[key] += count
-    if observed.dead_letter_rows is not None:
-        snap.dead_letter_rows = (snap.dead_letter_rows or 0) + observed.dead_letter_rows
-    if observed.idle_timeout_firings is not None:
-        snap.idle_timeout_firings = (snap.idle_timeout_firings or 0) + observed.idle_timeout_firings
-    for key, counts in observed.histograms.items():
-        snap.histograms.setdefault(key, HistogramCounts([0] * len(counts.buckets))).add(counts)
-    for label, (watermark_us, event_us) in observed.inputs.items():
-        state = snap.inputs.setdefault(label, InputSnapshot())
-        state.watermark = _later(state.watermark, watermark_us)
-        state.max_event_time = _later(state.max_event_time, event_us)
+    for label, counts in observed.policies.items():
+        policy = snap.policies.get(label)
+        if policy is None:
+            policy = snap.policies[label] = PolicySnapshot()
+        _fold_policy(policy, counts)
+
+
+def _fold_policy(policy: PolicySnapshot, counts: PolicyCounts) -> None:
+    for key, count in counts.events.items():
+        policy.events[key] = policy.events.get(key, 0) + count
+    if counts.dead_letter_rows is not None:
+        policy.dead_letter_rows = (policy.dead_letter_rows or 0) + counts.dead_letter_rows
+    if counts.idle_timeout_firings is not None:
+        firings = counts.idle_timeout_firings
+        policy.idle_timeout_firings = (policy.idle_timeout_firings or 0) + firings
+    if counts.engine is not None:
+        policy.engine = counts.engine
+    for name, histogram in counts.histograms.items():
+        policy.histograms.setdefault(name, HistogramCounts([0] * len(histogram.buckets))).add(
+            histogram
+        )
+    policy.watermark = _later(policy.watermark, counts.watermark_us)
+    policy.max_event_time = _later(policy.max_event_time, counts.event_time_us)
 
 
 def _later(current: float | None, micros: int | None) -> float | None:

@@ -5,24 +5,30 @@ dots and without the unit suffix (``wmobs.watermark.delay``, unit ``s``). Label 
 the query's name, or its id when it has none (never the run id, so a restarted query keeps its
 series).
 
-=========================================  =========  =======================  ==============
-Prometheus name                            type       labels                   unit
-=========================================  =========  =======================  ==============
-``wmobs_watermark_delay_seconds``          gauge      query                    ``s``
-``wmobs_watermark_timestamp_seconds``      gauge      query                    ``s``
-``wmobs_event_time_lag_seconds``           gauge      query                    ``s``
-``wmobs_source_idle_seconds``              gauge      query                    ``s``
-``wmobs_input_rows_total``                 counter    query                    ``{row}``
-``wmobs_batch_duration_seconds``           histogram  query                    ``s``
-``wmobs_rows_dropped_by_watermark_total``  counter    query, operator          ``{row}``
-``wmobs_state_rows``                       gauge      query, operator          ``{row}``
-``wmobs_state_memory_bytes``               gauge      query, operator          ``By``
-``wmobs_policy_events_total``              counter    query, policy, action    ``{event}``
-``wmobs_dead_letter_rows_total``           counter    query                    ``{row}``
-``wmobs_idle_timeout_firings_total``       counter    query                    ``{firing}``
-``wmobs_query_active``                     gauge      query                    ``{query}``
-``wmobs_query_terminations_total``         counter    query, outcome           ``{query}``
-=========================================  =========  =======================  ==============
+=========================================  =========  ===========================  ==========
+Prometheus name                            type       labels                       unit
+=========================================  =========  ===========================  ==========
+``wmobs_watermark_delay_seconds``          gauge      query                        ``s``
+``wmobs_watermark_timestamp_seconds``      gauge      query                        ``s``
+``wmobs_event_time_lag_seconds``           gauge      query                        ``s``
+``wmobs_source_idle_seconds``              gauge      query                        ``s``
+``wmobs_input_rows_total``                 counter    query                        ``{row}``
+``wmobs_batch_duration_seconds``           histogram  query                        ``s``
+``wmobs_rows_dropped_by_watermark_total``  counter    query, operator              ``{row}``
+``wmobs_state_rows``                       gauge      query, operator              ``{row}``
+``wmobs_state_memory_bytes``               gauge      query, operator              ``By``
+``wmobs_policy_events_total``              counter    query, policy, rule, action  ``{event}``
+``wmobs_dead_letter_rows_total``           counter    query, policy                ``{row}``
+``wmobs_idle_timeout_firings_total``       counter    query, policy                ``{firing}``
+``wmobs_policy_info``                      gauge      query, policy, engine        ``{policy}``
+``wmobs_query_active``                     gauge      query                        ``{query}``
+``wmobs_query_terminations_total``         counter    query, outcome               ``{query}``
+=========================================  =========  ===========================  ==========
+
+Label ``policy`` is a time policy's name (``TimePolicy(name=...)``, or the default name an
+unnamed policy gets, the one its state directory uses) on every metric that has it; ``rule``
+is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``invalid_time``),
+``action`` what it did (``adjusted``, ``dropped``), ``engine`` ``jvm`` or ``python``.
 
 - ``wmobs_watermark_delay_seconds``: wall clock **at collection** minus the largest watermark
   seen, so it keeps growing while a query is stalled or idle.
@@ -36,11 +42,14 @@ Prometheus name                            type       labels                   u
   wmobs' time policies, in ``wmobs_policy_events_total``.
 - ``wmobs_policy_events_total``, ``wmobs_dead_letter_rows_total`` and
   ``wmobs_idle_timeout_firings_total`` come from operator-side observations
-  (:mod:`wmobs.observations`); a query has them once its first such observation arrives, with
-  every known ``policy``/``action`` pair starting at 0.
+  (:mod:`wmobs.observations`), one series set per policy: a policy has them once its first
+  observation arrives, with every known ``rule``/``action`` pair starting at 0. Two policies
+  of one query (a join or union of two policed inputs) are counted apart.
+- ``wmobs_policy_info`` is 1 for each time policy of a running query, once its first
+  observation says which engine runs it (absent after the query terminates).
 - ``wmobs_query_terminations_total{outcome="stopped"|"failed"}`` starts at 0 for both outcomes.
 - ``wmobs_input_watermark_delay_seconds`` and ``wmobs_input_event_time_lag_seconds``: the same
-  as the query's two time gauges, for one input (``policy`` = the TimePolicy's name): wall
+  as the query's two time gauges, for one input (one time policy): wall
   clock at collection minus that input's largest watermark / event time (observed with the
   ``input_*`` columns of :mod:`wmobs.observations`). In a join or union of two policed inputs
   the query's watermark is the smaller one; these say which input holds it back.
@@ -48,7 +57,7 @@ Prometheus name                            type       labels                   u
   from a day early to a day late) and ``wmobs_event_lateness_seconds`` (how far each row was
   behind the largest system timestamp seen before it, globally the batch's, with substreams
   its key's; 0 if not behind): exact distributions per input, counted inside the query
-  (:func:`wmobs.observations.histogram_counts`, buckets :data:`wmobs.observations.HISTOGRAMS`).
+  (buckets :data:`wmobs.observations.HISTOGRAMS`).
   They arrive pre-aggregated, which OpenTelemetry's API cannot record: the Prometheus endpoint
   (and ``monitor.registry``) exports them, OTLP and injected meter providers do not.
 
@@ -92,9 +101,10 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_rows_dropped_by_watermark_total": ("counter", ("query", "operator")),
     "wmobs_state_rows": ("gauge", ("query", "operator")),
     "wmobs_state_memory_bytes": ("gauge", ("query", "operator")),
-    "wmobs_policy_events_total": ("counter", ("query", "policy", "action")),
-    "wmobs_dead_letter_rows_total": ("counter", ("query",)),
-    "wmobs_idle_timeout_firings_total": ("counter", ("query",)),
+    "wmobs_policy_events_total": ("counter", ("query", "policy", "rule", "action")),
+    "wmobs_dead_letter_rows_total": ("counter", ("query", "policy")),
+    "wmobs_idle_timeout_firings_total": ("counter", ("query", "policy")),
+    "wmobs_policy_info": ("gauge", ("query", "policy", "engine")),
     "wmobs_query_active": ("gauge", ("query",)),
     "wmobs_query_terminations_total": ("counter", ("query", "outcome")),
     "wmobs_input_watermark_delay_seconds": ("gauge", ("query", "policy")),
@@ -102,7 +112,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_event_arrival_delay_seconds": ("histogram", ("query", "policy")),
     "wmobs_event_lateness_seconds": ("histogram", ("query", "policy")),
 }
-"""The metric contract (the README's "Metrics" table): Prometheus name -> (type, labels)."""
+"""The metric contract (``docs/reference/metrics.md``): Prometheus name -> (type, labels)."""
 
 BATCH_DURATION_HELP = "Trigger execution time per micro-batch."
 EVENT_HISTOGRAMS: dict[str, tuple[str, str]] = {
@@ -137,15 +147,19 @@ def _active_time_gauge(value_of: str) -> ObserveFn:
     return fn
 
 
+def _p(snap: QuerySnapshot, policy: str) -> dict[str, str]:
+    return {"query": snap.label, "policy": policy}
+
+
 def _input_time_gauge(value_of: str) -> ObserveFn:
-    """Per input of an active query: ``now - input.<value_of>``, once it has one."""
+    """Per policy (input) of an active query: ``now - policy.<value_of>``, once it has one."""
 
     def fn(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
         if snap.active:
-            for label, state in snap.inputs.items():
+            for label, state in snap.policies.items():
                 value = getattr(state, value_of)
                 if value is not None:
-                    yield Observation(now - value, {"query": snap.label, "policy": label})
+                    yield Observation(now - value, _p(snap, label))
 
     return fn
 
@@ -182,18 +196,28 @@ def _state_memory(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
 
 
 def _policy_events(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-    for (policy, action), count in snap.policy_events.items():
-        yield Observation(count, {"query": snap.label, "policy": policy, "action": action})
+    for policy, state in snap.policies.items():
+        for (rule, action), count in state.events.items():
+            yield Observation(count, {**_p(snap, policy), "rule": rule, "action": action})
 
 
 def _dead_letter_rows(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-    if snap.dead_letter_rows is not None:
-        yield Observation(snap.dead_letter_rows, _q(snap))
+    for policy, state in snap.policies.items():
+        if state.dead_letter_rows is not None:
+            yield Observation(state.dead_letter_rows, _p(snap, policy))
 
 
 def _idle_timeout_firings(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
-    if snap.idle_timeout_firings is not None:
-        yield Observation(snap.idle_timeout_firings, _q(snap))
+    for policy, state in snap.policies.items():
+        if state.idle_timeout_firings is not None:
+            yield Observation(state.idle_timeout_firings, _p(snap, policy))
+
+
+def _policy_info(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.active:
+        for policy, state in snap.policies.items():
+            if state.engine is not None:
+                yield Observation(1, {**_p(snap, policy), "engine": state.engine})
 
 
 def _query_active(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
@@ -263,18 +287,23 @@ OBSERVABLES: tuple[Observable, ...] = (
     ),
     Observable(
         "wmobs.policy.events", "wmobs_policy_events_total", "counter", "{event}",
-        "Rows per time-policy verdict.",
+        "Rows per time-policy verdict (policy, rule, action).",
         _policy_events,
     ),
     Observable(
         "wmobs.dead_letter.rows", "wmobs_dead_letter_rows_total", "counter", "{row}",
-        "Rows written to the dead-letter destination.",
+        "Rows a time policy wrote to its dead-letter destination.",
         _dead_letter_rows,
     ),
     Observable(
         "wmobs.idle_timeout.firings", "wmobs_idle_timeout_firings_total", "counter", "{firing}",
         "Windows closed by the idle timeout.",
         _idle_timeout_firings,
+    ),
+    Observable(
+        "wmobs.policy.info", "wmobs_policy_info", "gauge", "{policy}",
+        "1 for each time policy of a running query, labelled with the engine that runs it.",
+        _policy_info,
     ),
     Observable(
         "wmobs.query.active", "wmobs_query_active", "gauge", "{query}",
@@ -288,12 +317,12 @@ OBSERVABLES: tuple[Observable, ...] = (
     ),
     Observable(
         "wmobs.input.watermark.delay", "wmobs_input_watermark_delay_seconds", "gauge", "s",
-        "Wall clock at collection minus the largest watermark of one input (time policy).",
+        "Wall clock at collection minus the largest watermark of one time policy's input.",
         _input_time_gauge("watermark"),
     ),
     Observable(
         "wmobs.input.event_time.lag", "wmobs_input_event_time_lag_seconds", "gauge", "s",
-        "Wall clock at collection minus the largest event time of one input (time policy).",
+        "Wall clock at collection minus the largest event time of one time policy's input.",
         _input_time_gauge("max_event_time"),
     ),
 )  # fmt: skip

@@ -1,232 +1,207 @@
-"""wmobs' JVM part (``wmobs/_jvm/src/io/wmobs/spark/``): SQL functions evaluated in the tasks.
-Wherever the JAR is not loaded (Spark Connect, or a session started without it), the time
-policies fall back to Python and Spark's own functions.
+"""wmobs' Spark extension, the JVM engine: its JAR for the running Spark line, how a session
+gets it, and its SQL functions, called by name.
 
-- The micro-batch's watermark and timestamp (``BatchTimes.java``). Without the JAR, the
-  global time policy reads them with a one-row Python data source broadcast into the plan
-  (:mod:`wmobs.policy._watermark_source`): a Spark job of its own in every micro-batch, 23-42
-  ms of a small one. With the JAR on the session's classpath (``spark.jars``), every task
-  reads ``offsets/<batchId>`` itself, once per executor and micro-batch, with the session's
-  Hadoop configuration: the plan has no job, no broadcast, no join for it.
-- Everything a time policy observes, as one aggregate (``PolicyObservation.java``). Without
-  the JAR each count is an aggregate of its own in ``observe``; Spark evaluates each one row
-  by row outside generated code and plans it again in every micro-batch.
-- Substreams' per-key judge (``SubstreamJudge.java``), a Catalyst generator over the rows
-  shuffled by key bucket (they stay Spark's binary rows), with the same state files as the
-  Python stage
-  (:mod:`wmobs.policy._substream_stage`, a ``mapInArrow`` function), which is the fallback.
-- Dead letters to a Parquet directory (``DeadLetterWriter.java``): a function called only for
-  dropped rows, which writes each task's file with Hadoop. Without the JAR every row passes
-  through a Python UDF's queue (:mod:`wmobs.policy.deadletter`).
+The JAR (``wmobs/_jars/wmobs-spark-<line>_<scala>.jar``) is built with Maven from ``jvm/``
+when the wheel is built, one per Spark line, and carried inside the wheel: nothing is compiled
+on the user's machine. Its ``io.wmobs.spark.WmobsExtensions`` (``spark.sql.extensions``)
+registers a fixed set of functions in every session; each takes the policy's spec as its first
+argument, a string literal, so that Python calls them by name (``F.call_function``), over
+Spark Connect too:
 
-README "Performance" has the measurements.
+- ``wmobs_version()``: the extension's version (the package checks it is its own);
+- ``wmobs_batch_watermark(checkpoint)``, ``wmobs_batch_timestamp(checkpoint)``: the running
+  micro-batch's watermark and timestamp (ms), read in every task from the checkpoint;
+- ``wmobs_policy_observation(spec, ...)``: everything a policy observes, one aggregate;
+- ``wmobs_dead_letters(spec, row)``: a dropped row written to its task's Parquet file;
+- ``wmobs_substreams(spec, c0, c1, ...)``: substreams' per-key judge, a generator.
 
-:func:`jar` builds the JAR with the JDK's ``javac`` against the installed PySpark's jars (a few
-seconds, once, and again only when the source changes).
+A classic session started without the extension gets it from :func:`load` (the JAR added to
+the driver's class loader and to the executors', the functions registered in the session):
+what :mod:`wmobs.policy._engine` does when a policy is applied.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import subprocess
-import tempfile
-import uuid
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "JAR_NAME",
-    "JarBuildError",
-    "batch_time_functions",
-    "dead_letter_function",
+    "EXTENSIONS",
+    "LINES",
+    "JarError",
+    "batch_time",
+    "call",
+    "configure",
+    "dead_letters",
+    "extension_version",
     "jar",
-    "observation_function",
-    "substream_stage",
+    "load",
+    "observation",
+    "spark_line",
+    "submit_args",
+    "substreams",
 ]
 
-JAR_NAME = "wmobs-spark.jar"
-_BATCH_TIMES = "io.wmobs.spark.BatchTimes"
-_OBSERVATION = "io.wmobs.spark.PolicyObservation"
-_DEAD_LETTERS = "io.wmobs.spark.DeadLetterWriter"
-_SUBSTREAMS = "io.wmobs.spark.SubstreamJudge"
-_HOME = Path(__file__).resolve().parent.parent / "_jvm"
-_SOURCES = _HOME / "src"
+EXTENSIONS = "io.wmobs.spark.WmobsExtensions"
+"""The value of ``spark.sql.extensions`` that registers wmobs' functions."""
+LINES: dict[str, str] = {"4.0": "2.13", "4.1": "2.13", "4.2": "2.13", "4.3": "2.13"}
+"""The Spark lines wmobs' JAR is built for, and each one's Scala version."""
+VERSION_FUNCTION = "wmobs_version"
+_HOME = Path(__file__).resolve().parent.parent / "_jars"
+_LOADED = threading.Lock()
 
 
-class JarBuildError(RuntimeError):
-    """The JAR cannot be built here (no JDK, no PySpark jars, or javac failed)."""
+class JarError(RuntimeError):
+    """No wmobs JAR for this Spark (another line, or an installation without the JARs)."""
 
 
-def _sources() -> list[Path]:
-    return sorted(_SOURCES.rglob("*.java"))
+def spark_line(version: str) -> str:
+    """``major.minor`` of a Spark version: ``"4.1.4"`` -> ``"4.1"``."""
+    parts = version.split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise JarError(f"wmobs: not a Spark version: {version!r}")
+    return f"{parts[0]}.{parts[1]}"
 
 
-def _spark_jars() -> Path:
-    try:
-        import pyspark
-    except ImportError as exc:
-        raise JarBuildError(
-            "wmobs: building the JAR needs PySpark (pip install 'wmobs[spark]')"
-        ) from exc
-    for candidate in (
-        Path(pyspark.__file__).resolve().parent / "jars",
-        Path(os.environ.get("SPARK_HOME", "/nonexistent")) / "jars",
-    ):
-        if any(candidate.glob("spark-sql_*.jar")):
-            return candidate
-    raise JarBuildError("wmobs: no Spark jars to compile against (PySpark's jars/ or SPARK_HOME)")
+def jar(spark_version: str | None = None) -> Path:
+    """The path of wmobs' JAR for ``spark_version`` (default: the installed PySpark's).
 
-
-def _javac() -> tuple[str, str]:
-    home = os.environ.get("JAVA_HOME")
-    javac = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
-    if not javac or not Path(javac).exists():
-        raise JarBuildError("wmobs: building the JAR needs a JDK (javac, Java >= 17)")
-    return javac, str(Path(javac).with_name("jar"))
-
-
-def _target() -> Path:
-    """Beside the source when the package directory is writable, else the user's cache."""
-    if os.access(_HOME, os.W_OK):
-        return _HOME / JAR_NAME
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wmobs"
-    return cache / JAR_NAME
-
-
-def jar() -> Path:
-    """The path of wmobs' JAR, built first if it is missing or older than its source.
-
-    Put it on the classpath of the driver and the executors when the session starts::
+    Put it on the classpath of the driver and the executors with the extension, when the
+    session starts (:func:`configure` does both)::
 
         SparkSession.builder.config("spark.jars", str(wmobs.jar()))
+            .config("spark.sql.extensions", "io.wmobs.spark.WmobsExtensions")
 
-    or ``spark-submit --jars "$(wmobs jar)"``. :class:`JarBuildError` when it cannot be built
-    (no JDK here: build it where there is one, with ``wmobs jar``, and ship the file)."""
-    target = _target()
-    sources = _sources()
-    if target.exists() and all(s.stat().st_mtime <= target.stat().st_mtime for s in sources):
-        return target
-    javac, jar_tool = _javac()
-    classpath = str(_spark_jars() / "*")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="wmobs-jar-") as work:
-        classes = Path(work) / "classes"
-        built = Path(work) / JAR_NAME
-        steps = [
-            [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(classes)]
-            + [str(s) for s in sources],
-            [jar_tool, "--create", "--file", str(built), "-C", str(classes), "."],
-        ]
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise JarBuildError(f"wmobs: {Path(step[0]).name} failed:\n{done.stderr}")
-        # Another process may build at the same time: each replaces the file whole.
-        staged = target.with_name(f".{JAR_NAME}.{uuid.uuid4().hex}")
-        shutil.copyfile(built, staged)
-        os.replace(staged, target)
-    return target
+    or ``spark-submit $(wmobs spark-submit-args)``. :class:`JarError` names the supported
+    lines when there is none for this one."""
+    if spark_version is None:
+        try:
+            from pyspark import __version__ as spark_version
+        except ImportError as exc:
+            raise JarError("wmobs.jar(): PySpark is not installed; pass spark_version") from exc
+    line = spark_line(spark_version)
+    scala = LINES.get(line)
+    if scala is None:
+        supported = ", ".join(LINES)
+        raise JarError(
+            f"wmobs has no JAR for Spark {spark_version} (line {line}); it has one for Spark "
+            f"{supported}"
+        )
+    path = _HOME / f"wmobs-spark-{line}_{scala}.jar"
+    if not path.is_file():
+        raise JarError(
+            f"wmobs: {path.name} is missing from this installation ({_HOME}); a wheel carries "
+            "it, a source checkout builds it with `python jvm/jars.py` (Maven)"
+        )
+    return path
 
 
-def _classic_jvm(spark: Any) -> Any | None:
-    """The session's JVM gateway; None for a Spark Connect session (no JVM in this process)."""
-    from wmobs._session import is_connect
+def configure(builder: Any, spark_version: str | None = None) -> Any:
+    """``builder`` (a ``SparkSession.Builder``) with wmobs' JAR and extension added to what it
+    already has in ``spark.jars`` and ``spark.sql.extensions``: the one line a session needs
+    for the JVM engine, Spark Connect servers included::
 
-    if is_connect(spark):
+        spark = wmobs.configure_spark(SparkSession.builder.master("local[2]")).getOrCreate()
+    """
+    path = str(jar(spark_version))
+    options = getattr(builder, "_options", {})
+    for key, value in (("spark.jars", path), ("spark.sql.extensions", EXTENSIONS)):
+        present = [v for v in str(options.get(key, "")).split(",") if v]
+        if value not in present:
+            builder = builder.config(key, ",".join([*present, value]))
+    return builder
+
+
+def submit_args(spark_version: str | None = None) -> list[str]:
+    """The ``spark-submit`` arguments that give a cluster's sessions wmobs' extension."""
+    return ["--jars", str(jar(spark_version)), "--conf", f"spark.sql.extensions={EXTENSIONS}"]
+
+
+def extension_version(spark: Any) -> str | None:
+    """The version of wmobs' extension in ``spark`` (classic or Connect), None if it has none."""
+    try:
+        if not spark.catalog.functionExists(VERSION_FUNCTION):
+            return None
+        return str(spark.sql(f"SELECT {VERSION_FUNCTION}()").first()[0])
+    except Exception:  # a server that cannot answer: no extension to be had
         return None
-    return getattr(spark, "_jvm", None)
 
 
-def _java_class(spark: Any, name: str) -> Any | None:
-    """wmobs' class ``name`` in ``spark``'s JVM; None for Spark Connect or where the session
-    has not loaded the JAR."""
-    jvm = _classic_jvm(spark)
-    if jvm is None:
-        return None
+def load(spark: Any) -> str:
+    """Loads wmobs' JAR into ``spark``, a running classic session that did not start with it,
+    and registers its functions; how it did so. Raises :class:`JarError` where it cannot.
+
+    The JAR goes on the driver's class loader (the one every thread of a PySpark driver
+    inherits, so the query's own threads compile code that names wmobs' classes) and, with
+    ``SparkContext.addJar``, to the executors. Spark's ``ADD JAR`` is not enough: it sets the
+    class loader of the calling thread only."""
     from py4j.java_gateway import JavaClass
 
-    cls = jvm
-    for part in name.split("."):
-        cls = getattr(cls, part)
-    # A JavaPackage: the class is not on the classpath.
-    return cls if isinstance(cls, JavaClass) else None
+    path = jar(spark.version)
+    jvm = spark._jvm
+    with _LOADED:
+        functions = jvm.io.wmobs.spark.Functions
+        how = "on the session's classpath"
+        if not isinstance(functions, JavaClass):
+            loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+            if loader is None or not _has_method(loader, "addURL"):
+                raise JarError(
+                    "wmobs: this driver's class loader cannot take wmobs' JAR at run time; start "
+                    "the session with wmobs.configure_spark(builder), or spark.jars="
+                    f"{path} and spark.sql.extensions={EXTENSIONS}"
+                )
+            loader.addURL(jvm.java.io.File(str(path)).toURI().toURL())
+            spark.sparkContext._jsc.sc().addJar(str(path))
+            functions = jvm.io.wmobs.spark.Functions
+            if not isinstance(functions, JavaClass):
+                raise JarError(f"wmobs: {path} did not load into this driver")
+            how = "loaded into the running session"
+        functions.register(spark._jsparkSession)
+    return how
 
 
-def _register(spark: Any, name: str, register: Callable[[Any], None]) -> bool:
-    """Calls ``register`` with wmobs' class ``name``; False where it cannot be loaded (logged
-    when the JAR is there but fails, e.g. built for another Spark version)."""
+def _has_method(obj: Any, name: str) -> bool:
     try:
-        cls = _java_class(spark, name)
-        if cls is None:
-            return False
-        register(cls)
-    except Exception as exc:
-        import structlog
-
-        structlog.get_logger("wmobs").warning(
-            "wmobs.jvm_unavailable",
-            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-            fallback=f"Spark's own functions in place of {name.rsplit('.', 1)[-1]}",
-        )
+        return any(m.getName() == name for m in obj.getClass().getMethods())
+    except Exception:
         return False
-    return True
 
 
-def batch_time_functions(spark: Any, checkpoint: str) -> tuple[str, str] | None:
-    """Registers this policy's two functions in ``spark`` (the micro-batch's watermark and
-    timestamp, ms, read from ``checkpoint``, or from a named query's if empty) and returns
-    their names; None when the session cannot load wmobs' JAR (the caller falls back to the
-    Python data source)."""
-    suffix = uuid.uuid4().hex[:12]
-    names = (f"wmobs_batch_watermark_{suffix}", f"wmobs_batch_timestamp_{suffix}")
-
-    def register(cls: Any) -> None:
-        cls.register(spark._jsparkSession, names[0], names[1], checkpoint)
-
-    return names if _register(spark, _BATCH_TIMES, register) else None
+# ---- calls by name ------------------------------------------------------------------------
 
 
-def _spec_function(spark: Any, class_name: str, prefix: str, spec: Mapping[str, Any]) -> str | None:
-    """Registers wmobs' function ``class_name`` for ``spec`` (JSON, as its ``register``
-    documents) and returns its name, one per spec; None where it cannot be loaded."""
-    text = json.dumps(spec, sort_keys=True)
-    name = prefix + hashlib.sha1(text.encode()).hexdigest()[:12]
-
-    def register(cls: Any) -> None:
-        cls.register(spark._jsparkSession, name, text)
-
-    return name if _register(spark, class_name, register) else None
-
-
-def dead_letter_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
-    """Registers wmobs' dead-letter writer (``DeadLetterWriter``, ``spec`` as its ``register``
-    documents) and returns its name; None where the session cannot load wmobs' JAR or Hadoop
-    has no filesystem for the directory (the caller hands dropped rows to Python instead)."""
-    return _spec_function(spark, _DEAD_LETTERS, "wmobs_dead_letters_", spec)
-
-
-def observation_function(spark: Any, spec: Mapping[str, Any]) -> str | None:
-    """Registers wmobs' aggregate of everything a time policy observes (``PolicyObservation``,
-    ``spec`` as its ``register`` documents) and returns its name; None where the session
-    cannot load wmobs' JAR (the caller observes one Spark aggregate per column instead)."""
-    # One name per spec: the same function for every policy of the session that needs it.
-    return _spec_function(spark, _OBSERVATION, "wmobs_observation_", spec)
-
-
-def substream_stage(df: Any, spec: Mapping[str, Any]) -> Any | None:
-    """``df`` judged per key by wmobs' ``SubstreamJudge`` (``spec`` as its ``register``
-    documents, without ``columns``: ``df``'s, in order), a generator of all of ``df``'s columns
-    that yields the judged rows with the same columns; None where the session cannot load
-    wmobs' JAR (the caller uses the Python stage)."""
+def call(function: str, spec: Mapping[str, Any] | str, *arguments: Any) -> Any:
+    """A Column calling wmobs' ``function`` with ``spec`` (JSON, or text as is) first."""
     from pyspark.sql import functions as F
 
-    name = _spec_function(
-        df.sparkSession, _SUBSTREAMS, "wmobs_substreams_", {**spec, "columns": df.columns}
-    )
-    if name is None:
-        return None
-    return df.select(F.call_function(name, *[F.col(f"`{c}`") for c in df.columns]))
+    text = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+    return F.call_function(function, F.lit(text), *arguments)
+
+
+def batch_time(checkpoint: str, *, watermark: bool) -> Any:
+    """The running micro-batch's watermark (or timestamp), ms, read from ``checkpoint`` ("" for
+    a named query's)."""
+    name = "wmobs_batch_watermark" if watermark else "wmobs_batch_timestamp"
+    return call(name, checkpoint)
+
+
+def observation(spec: Mapping[str, Any], *arguments: Any) -> Any:
+    """``ObservationAggregate``: everything a policy observes, one aggregate (JSON text)."""
+    return call("wmobs_policy_observation", spec, *arguments)
+
+
+def dead_letters(spec: Mapping[str, Any], row: Any) -> Any:
+    """``DeadLetterWriter``: writes the dropped ``row`` (a struct) to its task's file; false."""
+    return call("wmobs_dead_letters", spec, row)
+
+
+def substreams(df: Any, spec: Mapping[str, Any]) -> Any:
+    """``df`` judged per key by ``SubstreamGenerator`` (``spec`` as it documents, without
+    ``columns``: ``df``'s, in order): the judged rows, with the same columns."""
+    from pyspark.sql import functions as F
+
+    full = {**spec, "columns": df.columns}
+    return df.select(call("wmobs_substreams", full, *[F.col(f"`{c}`") for c in df.columns]))

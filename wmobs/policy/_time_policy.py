@@ -27,20 +27,24 @@ Counts per (policy, action) are observed with ``DataFrame.observe`` under the na
 ``wmobs.policy.<name>`` and exported by :func:`wmobs.attach` as ``wmobs_policy_events_total``.
 
 How the global policy knows the batch watermark: Spark writes it into the checkpoint
-(``offsets/<batchId>``) before the batch runs; a one-row Python data source reads it once per
-micro-batch and is broadcast into the plan, so no Python runs per row. That is why ``apply``
+(``offsets/<batchId>``) before the batch runs; the JVM engine reads it in every task, the
+Python engine with a one-row Python data source broadcast into the plan. That is why ``apply``
 needs the query's checkpoint location (or a named query under the session's
 ``spark.sql.streaming.checkpointLocation``); a wrong one fails the query loudly. The same read
 gives the batch timestamp (for rows without an arrival time): ``current_timestamp()`` would put
 it into the generated code as a literal, which Spark then compiles anew in every micro-batch.
+
+``engine``: ``"auto"`` (default), ``"jvm"`` or ``"python"``; see :mod:`wmobs.policy._engine`.
+The choice is made once per ``apply``, logged at info and exported as
+``wmobs_policy_info{query, policy, engine}``.
 
 ``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
 clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
 rows that carry it (:mod:`wmobs.policy._idle`); each idle period is one firing, observed as
 ``idle_timeout_firings``.
 
-Substreams partition the rows by key bucket and judge each partition in one ``mapInArrow``
-task, vectorised; the per-key state lives in the query's checkpoint next to Spark's own
+Substreams partition the rows by key bucket and judge each partition in one task (wmobs' JVM
+generator, or a ``mapInArrow`` function on the Python engine); the per-key state lives in the query's checkpoint next to Spark's own
 (``<checkpoint>/wmobs/substreams/<policy name>/``), versioned by micro-batch, so it survives
 restarts and retries exactly once. Any state store provider works.
 
@@ -58,8 +62,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from wmobs.observations import OBSERVATION_PREFIX
+from wmobs.policy._context import Context
 from wmobs.policy._durations import Tolerances
-from wmobs.policy._plan import SYSTEM_TIMESTAMP, build
+from wmobs.policy._engine import ENGINES, Engine, choose
+from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
 from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import INTERNAL
 from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
@@ -71,18 +77,6 @@ __all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 
 _ACTIONS = ("adjust", "drop")
 _names = itertools.count()
-
-
-def _require_spark_4() -> None:
-    """Time policies read the batch watermark with Python data sources (Spark >= 4.0)."""
-    from pyspark import __version__ as version
-
-    if int(version.split(".", 1)[0]) < 4:
-        raise RuntimeError(
-            f"wmobs.TimePolicy needs Spark >= 4.0 (it reads the batch watermark with a Python "
-            f"data source); this is PySpark {version}. wmobs.attach (the listener, metrics, "
-            "dashboards and alerts) works on Spark 3.5."
-        )
 
 
 def _session_checkpoint_root(df: DataFrame) -> str | None:
@@ -135,8 +129,11 @@ class TimePolicy:
     """Count the arrival-delay and lateness distributions (``wmobs_event_arrival_delay_seconds``,
     ``wmobs_event_lateness_seconds``) that ``wmobs advise`` reads. ``False`` leaves them out of
     the plan: the counts, the per-input watermark and every verdict stay the same, and the
-    query runs faster (README "Performance": 0.08-0.13x of throughput, ~30 ms per small
-    micro-batch)."""
+    query runs faster (docs' benchmarks page)."""
+    engine: str = "auto"
+    """Which engine runs the policy: ``"auto"`` (wmobs' Spark extension wherever the session has
+    it or can be given it, else Python, said at info), ``"jvm"`` (the extension, or an error)
+    or ``"python"``. See :mod:`wmobs.policy._engine`."""
     tolerances: Tolerances = field(init=False, repr=False, compare=False)
     """The durations above, resolved to microseconds."""
 
@@ -167,6 +164,8 @@ class TimePolicy:
             raise TypeError(f"distributions: expected True or False, got {self.distributions!r}")
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
             raise ValueError(f"name: use letters, digits, '_', '.' or '-', got {self.name!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         object.__setattr__(self, "tolerances", tolerances)
 
     # ---- public ---------------------------------------------------------------------------
@@ -178,8 +177,9 @@ class TimePolicy:
 
     @property
     def state_name(self) -> str:
-        """``name``, or one generated in the order policies are created (for the observation
-        and the substream state directory)."""
+        """``name``, or one generated in the order policies are created (``<event_time>_<n>``):
+        the ``policy`` label of its metrics, its observation and its substream state
+        directory."""
         if self.name is not None:
             return self.name
         generated = getattr(self, "_generated_name", None)
@@ -214,7 +214,6 @@ class TimePolicy:
         ``options``; default the environment's credentials. ``apply`` checks on the driver that
         both can be reached (:class:`wmobs.StorageError` otherwise).
         """
-        _require_spark_4()
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
         self._check_columns(df)
@@ -229,7 +228,46 @@ class TimePolicy:
             resolved.check(root, "checkpoint_location")
         if sink is not None:
             sink.check()
-        return build(self, self.tolerances, df, checkpoint_location, sink, storage=resolved)
+        engine = self._engine(df, resolved)
+        ctx = Context(
+            name=self.state_name,
+            named=self.name is not None,
+            event_time=self.event_time,
+            arrival_time=self.arrival_time,
+            early_arrival_action=None if self.early_arrival is None else self.early_arrival_action,
+            late_arrival_action=self.late_arrival_action,
+            out_of_order_action=self.out_of_order_action,
+            substream_by=None if self.substream_by is None else tuple(self.substream_by),
+            distributions=self.distributions,
+            tolerances=self.tolerances,
+            checkpoint=checkpoint_location,
+            storage=resolved,
+            engine=engine,
+            renamed=dotted_names(df.columns),
+        )
+        return build(ctx, df, sink)
+
+    def _engine(self, df: DataFrame, storage: Storage) -> Engine:
+        """The engine for this ``apply``, logged once at info with its reason."""
+        import structlog
+
+        if storage != Storage() and self.substream_by is not None and self.engine != "python":
+            # The JVM engine reaches the substreams' state through Hadoop with the session's
+            # configuration, not with fsspec's options.
+            if self.engine == "jvm":
+                raise ValueError(
+                    "engine='jvm': substreams' state is reached through Hadoop with the "
+                    "session's configuration; set the credentials as spark.hadoop.* options "
+                    "instead of storage=, or use engine='python'"
+                )
+            chosen = choose(df.sparkSession, "python")
+            engine = Engine(chosen.name, "storage= options reach the substreams' state with fsspec")
+        else:
+            engine = choose(df.sparkSession, self.engine)
+        structlog.get_logger("wmobs").info(
+            "wmobs.engine", policy=self.state_name, engine=engine.name, reason=engine.reason
+        )
+        return engine
 
     # ---- validation -----------------------------------------------------------------------
 

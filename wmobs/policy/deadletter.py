@@ -227,28 +227,26 @@ def dead_letter_writer(
     dropped_bits: int,
     policy_bits: list[tuple[str, int]],
     *,
-    spark: Any,
     timezone: str,
     large_types: bool,
     rename: Mapping[str, str] | None = None,
 ) -> Any | None:
-    """A boolean Column, true for the rows to keep, whose ``CASE`` branch for dropped rows
-    calls wmobs' JAR (``DeadLetterWriter``): each task writes its dropped rows to one Parquet
-    file, with the columns and the Arrow schema (``ARROW:schema``: ``timezone``,
+    """On the JVM engine: a boolean Column, true for the rows to keep, whose ``CASE`` branch
+    for dropped rows calls wmobs' ``wmobs_dead_letters``: each task writes its dropped rows to
+    one Parquet file, with the columns and the Arrow schema (``ARROW:schema``: ``timezone``,
     ``large_types``) that :func:`dead_letter_stage` would write, ``rename`` applied to their
     names. No row crosses into Python.
 
-    ``None`` where it does not apply: a function or JSON destination; a directory with a
-    :class:`Storage` of its own (its credentials are fsspec's, not Hadoop's); a column of
-    ``schema`` that is not a flat scalar; a session without the JAR (Spark Connect), or whose
-    Hadoop has no filesystem for the directory's scheme."""
+    ``None`` where it does not apply: a function or JSON destination (Python code of the
+    user's, or pandas' JSON); a directory with a :class:`Storage` of its own (its credentials
+    are fsspec's, not Hadoop's); a column of ``schema`` that is not a flat scalar."""
     import base64
 
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from wmobs.policy._jvm import dead_letter_function
+    from wmobs.policy import _jvm
 
     if sink.directory is None or sink.format != "parquet":
         return None
@@ -276,21 +274,16 @@ def dead_letter_writer(
         )
         arrow.append(pa.field(name, arrow_type))
     arrow += [pa.field(POLICY_COLUMN, pa.string()), pa.field(BATCH_COLUMN, pa.int64())]
-    function = dead_letter_function(
-        spark,
-        {
-            "directory": sink.directory,
-            "fields": fields,
-            "policies": [list(p) for p in policy_bits],
-            "arrow_schema": base64.b64encode(pa.schema(arrow).serialize().to_pybytes()).decode(),
-        },
-    )
-    if function is None:
-        return None
+    spec = {
+        "directory": sink.directory,
+        "fields": fields,
+        "policies": [list(p) for p in policy_bits],
+        "arrow_schema": base64.b64encode(pa.schema(arrow).serialize().to_pybytes()).decode(),
+    }
     verdict = F.col(verdict_column)
-    row = F.struct(*arguments, verdict.alias(f"c{len(arguments)}"))
+    row = F.struct(*arguments, verdict.cast("long").alias(f"c{len(arguments)}"))
     is_dropped = verdict.bitwiseAND(F.lit(dropped_bits)) != 0
-    return F.when(is_dropped, F.call_function(function, row)).otherwise(F.lit(True))
+    return F.when(is_dropped, _jvm.dead_letters(spec, row)).otherwise(F.lit(True))
 
 
 # ---- the plan where kept rows stay in the JVM ---------------------------------------------

@@ -27,19 +27,22 @@ import org.apache.parquet.schema.PrimitiveType.PrimitiveTypeName;
 import org.apache.parquet.schema.Types;
 import org.apache.spark.TaskContext;
 import org.apache.spark.broadcast.Broadcast;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.api.java.UDF1;
-import org.apache.spark.sql.expressions.UserDefinedFunction;
-import org.apache.spark.sql.functions;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenContext;
+import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
+import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.util.SerializableConfiguration;
 import org.apache.spark.util.TaskCompletionListener;
 
 /**
- * Dead letters written from the JVM: a SQL function of one struct (a dropped row's input
- * columns, then its verdict bits) that the time policy calls only for the rows it drops, in a
- * {@code CASE} branch of its filter, so kept rows never leave the stage's generated code. Each
+ * Dead letters written from the JVM: {@code wmobs_dead_letters(spec, row)}, of one struct (a
+ * dropped row's input columns, then its verdict bits), false. The time policy calls it only
+ * for the rows it drops, in a {@code CASE} branch of its filter, so kept rows never leave the
+ * stage's generated code (nor does a dropped one: the struct is Spark's binary row). Each
  * task appends its dropped rows to one Parquet file in memory and, when the task succeeds,
  * writes it whole to {@code <directory>/batch_id=<N>/part-<partition>.parquet} with the
  * session's Hadoop configuration (the one Spark writes the checkpoint with): one PUT on an
@@ -55,7 +58,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * string, binary, decimal (with precision and scale), date (days since the epoch, an int) and
  * timestamp (µs since the epoch, a long).
  */
-public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable {
+public final class DeadLetterWriter implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final ObjectMapper JSON = new ObjectMapper();
   /** (task attempt, spec) -> the file it is writing: one per policy in a task. */
@@ -73,7 +76,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   private final String spec;
   private final Broadcast<SerializableConfiguration> conf;
 
-  private DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
+  DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
     directory = spec.get("directory").asText().replaceAll("/+$", "");
     JsonNode fields = spec.get("fields");
     int n = fields.size();
@@ -104,25 +107,35 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   }
 
   /**
-   * Registers the function as {@code name} in {@code spark}. {@code spec}: JSON with {@code
-   * directory}, {@code fields} ({@code [{name, type, precision?,
-   * scale?}]}), {@code policies} ({@code [[name, bit]]}: a row's policy is the first whose bit
-   * its verdict has) and {@code arrow_schema}. Fails (on the driver) when Hadoop has no
-   * filesystem for the directory.
+   * The function {@code name}, built from its arguments: the spec (JSON with {@code
+   * directory}, {@code fields} ({@code [{name, type, precision?, scale?}]}), {@code policies}
+   * ({@code [[name, bit]]}: a row's policy is the first whose bit its verdict has) and {@code
+   * arrow_schema}), then the row. Fails (on the driver) when Hadoop has no filesystem for the
+   * directory.
    */
-  public static void register(SparkSession spark, String name, String spec) throws Exception {
-    Configuration hadoop = spark.sessionState().newHadoopConf();
-    DeadLetterWriter writer =
-        new DeadLetterWriter(
-            JSON.readTree(spec), SerializableConfiguration.broadcast(spark.sparkContext(), hadoop));
-    new Path(writer.directory).getFileSystem(hadoop);
-    UserDefinedFunction udf = functions.udf(writer, DataTypes.BooleanType).asNondeterministic();
-    spark.udf().register(name, udf);
+  static Expression build(String name, List<Expression> arguments) {
+    Spec.arity(name, arguments, 2);
+    Broadcast<SerializableConfiguration> conf = Hadoop.sessionConf();
+    DeadLetterWriter writer = new DeadLetterWriter(Spec.json(name, arguments), conf);
+    try {
+      new Path(writer.directory).getFileSystem(conf.value().value());
+    } catch (IOException e) {
+      throw new IllegalArgumentException(
+          "wmobs: no Hadoop filesystem for the dead letters' directory " + writer.directory, e);
+    }
+    Expression row = Spec.rest(arguments).get(0);
+    if (!(row.dataType() instanceof org.apache.spark.sql.types.StructType struct)
+        || struct.fields().length != writer.names.length + 1
+        || !struct.fields()[writer.names.length].dataType().equals(DataTypes.LongType)) {
+      throw new IllegalArgumentException(
+          "wmobs: " + name + " takes a struct of the spec's fields and a long verdict, not "
+              + row.dataType().simpleString());
+    }
+    return new Write(writer, name, row);
   }
 
   /** Appends the dropped row to its task's file; false (the row is not kept). */
-  @Override
-  public Boolean call(Row row) throws Exception {
+  public boolean write(InternalRow row) throws IOException {
     TaskContext task = TaskContext.get();
     if (task == null) {
       throw new IllegalStateException("wmobs: dead letters are written inside Spark tasks");
@@ -230,7 +243,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
   private final class TaskFile {
     final long batchId;
     final ByteArrayOutputStream buffer = new ByteArrayOutputStream();
-    final ParquetWriter<Row> writer;
+    final ParquetWriter<InternalRow> writer;
 
     TaskFile(TaskContext task) throws IOException {
       String batch = task.getLocalProperty("streaming.sql.batchId");
@@ -248,7 +261,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
     }
   }
 
-  private final class Builder extends ParquetWriter.Builder<Row, Builder> {
+  private final class Builder extends ParquetWriter.Builder<InternalRow, Builder> {
     private final long batchId;
 
     Builder(OutputFile file, long batchId) {
@@ -262,13 +275,13 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
     }
 
     @Override
-    protected WriteSupport<Row> getWriteSupport(Configuration configuration) {
+    protected WriteSupport<InternalRow> getWriteSupport(Configuration configuration) {
       return new RowWriteSupport(batchId);
     }
   }
 
   /** Writes a dropped row: its input columns, the policy that dropped it and its batch. */
-  private final class RowWriteSupport extends WriteSupport<Row> {
+  private final class RowWriteSupport extends WriteSupport<InternalRow> {
     private final long batchId;
     private RecordConsumer out;
 
@@ -291,7 +304,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
     }
 
     @Override
-    public void write(Row row) {
+    public void write(InternalRow row) {
       out.startMessage();
       int n = names.length;
       for (int i = 0; i < n; i++) {
@@ -301,7 +314,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
           out.endField(names[i], i);
         }
       }
-      long verdict = ((Number) row.get(n)).longValue();
+      long verdict = row.getLong(n);
       for (int p = 0; p < policyBits.length; p++) {
         if ((verdict & policyBits[p]) != 0) {
           out.startField("wmobs_policy", n);
@@ -316,7 +329,7 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
       out.endMessage();
     }
 
-    private void value(int i, Row row) {
+    private void value(int i, InternalRow row) {
       switch (kinds[i]) {
         case "byte" -> out.addInteger(row.getByte(i));
         case "short" -> out.addInteger(row.getShort(i));
@@ -325,15 +338,15 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
         case "float" -> out.addFloat(row.getFloat(i));
         case "double" -> out.addDouble(row.getDouble(i));
         case "boolean" -> out.addBoolean(row.getBoolean(i));
-        case "string" -> out.addBinary(Binary.fromString(row.getString(i)));
-        case "binary" -> out.addBinary(Binary.fromConstantByteArray((byte[]) row.get(i)));
+        case "string" -> out.addBinary(Binary.fromConstantByteArray(row.getUTF8String(i).getBytes()));
+        case "binary" -> out.addBinary(Binary.fromConstantByteArray(row.getBinary(i)));
         case "decimal" -> out.addBinary(Binary.fromConstantByteArray(unscaled(i, row)));
         default -> throw new IllegalStateException(kinds[i]);
       }
     }
 
-    private byte[] unscaled(int i, Row row) {
-      BigDecimal value = row.getDecimal(i).setScale(scales[i]);
+    private byte[] unscaled(int i, InternalRow row) {
+      BigDecimal value = row.getDecimal(i, precisions[i], scales[i]).toJavaBigDecimal();
       byte[] bytes = value.unscaledValue().toByteArray();
       byte[] fixed = new byte[widths[i]];
       byte sign = (byte) (bytes[0] < 0 ? -1 : 0);
@@ -342,6 +355,94 @@ public final class DeadLetterWriter implements UDF1<Row, Boolean>, Serializable 
         fixed[k] = k < pad ? sign : bytes[k - pad];
       }
       return fixed;
+    }
+  }
+
+  /**
+   * The function as Spark evaluates it: in generated code, a call of {@link #write} on the
+   * row's struct (a binary row, read in place).
+   */
+  public static final class Write extends WmobsExpression implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private final DeadLetterWriter writer;
+    private final String name;
+    private final Expression row;
+
+    Write(DeadLetterWriter writer, String name, Expression row) {
+      this.writer = writer;
+      this.name = name;
+      this.row = row;
+    }
+
+    @Override
+    public Object eval(InternalRow input) {
+      Object value = row.eval(input);
+      if (value == null) {
+        return null;
+      }
+      try {
+        return writer.write((InternalRow) value);
+      } catch (IOException e) {
+        throw new java.io.UncheckedIOException(e);
+      }
+    }
+
+    @Override
+    public ExprCode doGenCode(CodegenContext ctx, ExprCode ev) {
+      String reference = ctx.addReferenceObj("wmobsDeadLetters", writer, DeadLetterWriter.class.getName());
+      ExprCode child = row.genCode(ctx);
+      String isNull = ctx.freshName("wmobsIsNull");
+      String value = ctx.freshName("wmobsWritten");
+      String code =
+          child.code()
+              + "\nboolean " + isNull + " = " + child.isNull() + ";\n"
+              + "boolean " + value + " = false;\n"
+              + "if (!" + isNull + ") {\n"
+              + "  try {\n"
+              + "    " + value + " = " + reference + ".write(" + child.value() + ");\n"
+              + "  } catch (java.io.IOException e) {\n"
+              + "    throw new java.io.UncheckedIOException(e);\n"
+              + "  }\n"
+              + "}";
+      return ExprCode.apply(
+          new CodeBlock(Scala.seq(List.of(code)), Scala.seq(List.<JavaCode>of())),
+          JavaCode.isNullVariable(isNull),
+          JavaCode.variable(value, DataTypes.BooleanType));
+    }
+
+    @Override
+    protected List<Expression> arguments() {
+      return List.of(row);
+    }
+
+    @Override
+    protected Expression withArguments(List<Expression> arguments) {
+      return new Write(writer, name, arguments.get(0));
+    }
+
+    @Override
+    protected List<Object> fields() {
+      return List.of(writer, name, row);
+    }
+
+    @Override
+    public boolean deterministic() {
+      return false; // it writes
+    }
+
+    @Override
+    public boolean nullable() {
+      return true;
+    }
+
+    @Override
+    public DataType dataType() {
+      return DataTypes.BooleanType;
+    }
+
+    @Override
+    public String prettyName() {
+      return name;
     }
   }
 

@@ -9,11 +9,9 @@ import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
-import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
 import org.apache.spark.broadcast.Broadcast;
-import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.codegen.CodeBlock;
@@ -23,19 +21,19 @@ import org.apache.spark.sql.catalyst.expressions.codegen.JavaCode;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.util.SerializableConfiguration;
-import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
 
 /**
- * The watermark or the timestamp of the running micro-batch, as a SQL function without
- * arguments: wmobs' global time policy judges every row against them.
+ * The watermark or the timestamp of the running micro-batch: {@code
+ * wmobs_batch_watermark(checkpoint)} and {@code wmobs_batch_timestamp(checkpoint)} (ms; the
+ * watermark null before the first one; {@code checkpoint}: the query's checkpoint location, or
+ * "" to find a named query's). wmobs' global time policy judges every row against them.
  *
  * <p>Spark writes both into the query's checkpoint ({@code offsets/<batchId>}) before the
  * micro-batch runs, and gives every task of the micro-batch its id as a local property. Each
  * task reads them once (each executor once per micro-batch, through a small cache) with the
  * session's Hadoop configuration, the one Spark wrote the checkpoint with. This replaces a
  * one-row Python data source broadcast into the plan, which cost a Spark job of its own per
- * micro-batch. Mirrors {@code wmobs/policy/_checkpoint.py}, which stays the fallback.
+ * micro-batch. Mirrors {@code wmobs/policy/_checkpoint.py}, the Python engine's reader.
  *
  * <p>Each function is a Catalyst expression ({@link Time}), not a UDF: a UDF's generated code
  * calls it on every row, which looks the task up, boxes the value and converts it; the
@@ -57,29 +55,16 @@ public final class BatchTimes implements Serializable {
   private transient long taskAttempt;
   private transient Long value;
 
-  private BatchTimes(
-      String checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
+  BatchTimes(String checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
     this.checkpoint = checkpoint;
     this.watermark = watermark;
     this.conf = conf;
   }
 
-  /**
-   * Registers two functions in {@code spark}: {@code watermarkName()} (the micro-batch's
-   * watermark, ms, null before the first one) and {@code timestampName()} (its timestamp, ms).
-   * {@code checkpoint}: the query's checkpoint location, or "" to find a named query's.
-   */
-  public static void register(
-      SparkSession spark, String watermarkName, String timestampName, String checkpoint) {
-    Configuration hadoop = spark.sessionState().newHadoopConf();
-    Broadcast<SerializableConfiguration> conf =
-        SerializableConfiguration.broadcast(spark.sparkContext(), hadoop);
-    register(spark, watermarkName, new BatchTimes(checkpoint, true, conf));
-    register(spark, timestampName, new BatchTimes(checkpoint, false, conf));
-  }
-
-  private static void register(SparkSession spark, String name, BatchTimes function) {
-    Catalyst.register(spark, name, 0, arguments -> new Time(function, name));
+  /** The function {@code name}: the watermark if {@code watermark}, else the timestamp. */
+  static Expression build(String name, boolean watermark, List<Expression> arguments) {
+    Spec.arity(name, arguments, 1);
+    return new Time(new BatchTimes(Spec.text(name, arguments), watermark, Hadoop.sessionConf()), name);
   }
 
   /** The value for the running task: null for no watermark (yet). */
@@ -160,7 +145,7 @@ public final class BatchTimes implements Serializable {
    * partition) into fields; evaluated without generated code, it asks {@link BatchTimes#call}
    * (cached per task attempt).
    */
-  public static final class Time extends Expression implements Serializable {
+  public static final class Time extends WmobsExpression implements Serializable {
     private static final long serialVersionUID = 1L;
     private final BatchTimes function;
     private final String name;
@@ -191,19 +176,24 @@ public final class BatchTimes implements Serializable {
               + "  " + known + " = true;\n"
               + "}";
       return ExprCode.apply(
-          new CodeBlock(Catalyst.seq(List.of(code)), Catalyst.seq(List.<JavaCode>of())),
+          new CodeBlock(Scala.seq(List.of(code)), Scala.seq(List.<JavaCode>of())),
           JavaCode.isNullGlobal(isNull),
           JavaCode.global(value, DataTypes.LongType));
     }
 
     @Override
-    public Seq<Expression> children() {
-      return Catalyst.NONE;
+    protected List<Expression> arguments() {
+      return List.of();
     }
 
     @Override
-    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
+    protected Expression withArguments(List<Expression> arguments) {
       return this;
+    }
+
+    @Override
+    protected List<Object> fields() {
+      return List.of(function, name);
     }
 
     @Override
@@ -224,25 +214,6 @@ public final class BatchTimes implements Serializable {
     @Override
     public String toString() {
       return name + "()";
-    }
-
-    @Override
-    public int productArity() {
-      return 2;
-    }
-
-    @Override
-    public Object productElement(int n) {
-      return switch (n) {
-        case 0 -> function;
-        case 1 -> name;
-        default -> throw new IndexOutOfBoundsException(n);
-      };
-    }
-
-    @Override
-    public boolean canEqual(Object other) {
-      return other instanceof Time;
     }
   }
 }

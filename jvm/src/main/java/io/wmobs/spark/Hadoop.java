@@ -23,6 +23,10 @@ import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.spark.TaskContext;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.util.SerializableConfiguration;
 
 /**
  * Files beside Spark, from the tasks, with the session's Hadoop configuration: what {@code
@@ -53,6 +57,18 @@ final class Hadoop {
           });
 
   private Hadoop() {}
+
+  /**
+   * The Hadoop configuration of the session that is analysing a call (the one Spark writes the
+   * query's checkpoint with), broadcast once: every executor fetches it once. Called where a
+   * function is built, on the driver.
+   */
+  static Broadcast<SerializableConfiguration> sessionConf() {
+    SparkSession spark = SparkSession.active();
+    Configuration hadoop = spark.sessionState().newHadoopConf();
+    return JavaSparkContext.fromSparkContext(spark.sparkContext())
+        .broadcast(new SerializableConfiguration(hadoop));
+  }
 
   /**
    * Every one of {@code work} done, side by side, and their results in order; the first to

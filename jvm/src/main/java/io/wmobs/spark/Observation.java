@@ -12,39 +12,21 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.Arrays;
-import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.BoundReference;
-import org.apache.spark.sql.catalyst.expressions.Expression;
-import org.apache.spark.sql.catalyst.expressions.aggregate.ImperativeAggregate;
-import org.apache.spark.sql.catalyst.expressions.aggregate.TypedImperativeAggregate;
-import org.apache.spark.sql.types.DataType;
-import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.unsafe.types.UTF8String;
-import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Everything a time policy observes per micro-batch, as one aggregate function for {@code
- * observe}: the verdict counts, the dead letters, the idle-timeout firings, the input's
- * watermark and largest event time, and the two distributions. Its result is a JSON object
- * whose members are the columns that {@code wmobs/policy/_plan.py} otherwise observes one
- * aggregate each, with the same names and values; the listener reads either. (Text, because
- * when this was an {@code Aggregator}, Spark's encoder of a struct result cost a few ms more
- * per micro-batch; the listener reads the text since.)
+ * Everything a time policy observes in one micro-batch, counted without Spark: the verdict
+ * counts, the dead letters, the idle-timeout firings, the input's watermark and largest event
+ * time, and the two distributions. {@link ObservationAggregate} is the aggregate function
+ * ({@code wmobs_policy_observation}) that {@code observe} evaluates over these counts. The
+ * result is a JSON object whose members are the columns that the Python engine observes one
+ * Spark aggregate each ({@code wmobs/policy/_observe.py}), with the same names and values; the
+ * listener reads either. (Text, because a struct result's encoder cost a few ms more per
+ * micro-batch.)
  *
- * <p>Spark evaluates every aggregate of {@code observe} row by row outside the stage's
- * generated code (~20 ns per row and aggregate), and plans each of them again in every
- * micro-batch; one aggregate does it once. It is a Catalyst aggregate ({@link Aggregate}), not
- * an {@code Aggregator}: an {@code Aggregator} gets each row copied into a new row and then
- * decoded into a {@code Row} of boxed values, which measured a third of its time; this one
- * reads the columns of the row in place. Its arguments, one row each: the verdict bits, the
- * system timestamp (µs), the event time (µs), the idle-timeout column ({@code -1} for a real
- * row, a positive number of firings for a synthetic one), and, with the distributions, the
- * arrival delay and the lateness (µs).
- *
- * <p>What is counted, as the columns it replaces ({@code spec}: JSON, see {@link #register}):
+ * <p>The arguments of each row: the verdict bits, the system timestamp (µs), the event time
+ * (µs), the idle-timeout column ({@code -1} for a real row, a positive number of firings for a
+ * synthetic one), and, with the distributions, the arrival delay and the lateness (µs). What
+ * is counted, as the columns it replaces ({@code spec}: see {@link #of}):
  *
  * <ul>
  *   <li>{@code counts}: per {@code [column, bit]}, the rows whose verdict has the bit; {@code
@@ -60,7 +42,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *       either value not counted; and each one's sum (null without values).
  * </ul>
  */
-public final class PolicyObservation implements Serializable {
+public final class Observation implements Serializable {
   private static final long serialVersionUID = 2L;
   private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -81,7 +63,7 @@ public final class PolicyObservation implements Serializable {
   /** The name it is registered under, shown in plans. */
   private final String name;
 
-  private PolicyObservation(JsonNode spec, String name) {
+  Observation(JsonNode spec, String name) {
     this.name = name;
     JsonNode counts = spec.get("counts");
     countColumns = new String[counts.size()];
@@ -130,16 +112,19 @@ public final class PolicyObservation implements Serializable {
   }
 
   /**
-   * Registers the function as {@code name} in {@code spark}. {@code spec}: a JSON object with
-   * {@code counts} ({@code [[column, bit], ...]}), {@code dropped_bits}, {@code dead_letters}
-   * and {@code firings} (a column name or null), {@code watermark} and {@code event_time}
-   * (column names), {@code tolerance_us}, and {@code histogram} (null, or {@code buckets} and
-   * {@code sums}: column names, {@code bounds}: two ascending lists of µs).
+   * {@code spec}: a JSON object with {@code counts} ({@code [[column, bit], ...]}), {@code
+   * dropped_bits}, {@code dead_letters} and {@code firings} (a column name or null), {@code
+   * watermark} and {@code event_time} (column names), {@code tolerance_us}, and {@code
+   * histogram} (null, or {@code buckets} and {@code sums}: column names, {@code bounds}: two
+   * ascending lists of µs).
    */
-  public static void register(SparkSession spark, String name, String spec) throws Exception {
-    PolicyObservation observation = new PolicyObservation(JSON.readTree(spec), name);
-    Catalyst.register(
-        spark, name, observation.arity, arguments -> new Aggregate(observation, arguments, 0, 0));
+  static Observation of(JsonNode spec, String name) {
+    return new Observation(spec, name);
+  }
+
+  /** How many arguments the function takes after its spec: 4, or 6 with the distributions. */
+  int arity() {
+    return arity;
   }
 
   /** What one task has counted. */
@@ -170,7 +155,7 @@ public final class PolicyObservation implements Serializable {
    * without branches measured slower than the binary search: 11.6 ns against 8.6 ns a value
    * over the lateness bounds.)
    */
-  private static int digit(long[] bounds, long value, int last) {
+  static int digit(long[] bounds, long value, int last) {
     if ((last == 0 || bounds[last - 1] < value) && (last == bounds.length || value <= bounds[last])) {
       return last;
     }
@@ -342,176 +327,5 @@ public final class PolicyObservation implements Serializable {
       throw new UncheckedIOException(e);
     }
     return state;
-  }
-
-  /**
-   * The function as Spark evaluates it: a Catalyst aggregate whose state is a {@link State}.
-   * Its arguments are read from the input row where they are plain columns (the plan passes
-   * them so), and evaluated otherwise.
-   */
-  public static final class Aggregate extends TypedImperativeAggregate<State>
-      implements Serializable, Arguments {
-    private static final long serialVersionUID = 1L;
-
-    private final PolicyObservation observation;
-    private final Seq<Expression> arguments;
-    private final Expression[] argument;
-    private final int mutableAggBufferOffset;
-    private final int inputAggBufferOffset;
-    /** Per argument: the input row's ordinal of a plain long or int column, else -1. */
-    private transient int[] ordinals;
-    private transient boolean[] ints;
-    /** The row being counted, and the arguments evaluated on it (those not plain columns). */
-    private transient InternalRow row;
-    private transient Long[] evaluated;
-
-    public Aggregate(
-        PolicyObservation observation,
-        Seq<Expression> arguments,
-        int mutableAggBufferOffset,
-        int inputAggBufferOffset) {
-      this.observation = observation;
-      this.arguments = arguments;
-      this.argument = CollectionConverters.asJava(arguments).toArray(new Expression[0]);
-      this.mutableAggBufferOffset = mutableAggBufferOffset;
-      this.inputAggBufferOffset = inputAggBufferOffset;
-    }
-
-    /** The ordinals, found on the first row (the arguments are bound by then). */
-    private void locate() {
-      ordinals = new int[argument.length];
-      ints = new boolean[argument.length];
-      for (int i = 0; i < argument.length; i++) {
-        DataType type = argument[i].dataType();
-        ints[i] = type.equals(DataTypes.IntegerType);
-        boolean plain = argument[i] instanceof BoundReference;
-        ordinals[i] =
-            plain && (ints[i] || type.equals(DataTypes.LongType))
-                ? ((BoundReference) argument[i]).ordinal()
-                : -1;
-      }
-      evaluated = new Long[argument.length];
-    }
-
-    @Override
-    public boolean isNull(int index) {
-      int ordinal = ordinals[index];
-      if (ordinal >= 0) {
-        return row.isNullAt(ordinal);
-      }
-      Object value = argument[index].eval(row);
-      evaluated[index] = value == null ? null : ((Number) value).longValue();
-      return value == null;
-    }
-
-    @Override
-    public long get(int index) {
-      int ordinal = ordinals[index];
-      if (ordinal < 0) {
-        return evaluated[index];  // isNull(index) evaluated it
-      }
-      return ints[index] ? row.getInt(ordinal) : row.getLong(ordinal);
-    }
-
-    @Override
-    public State createAggregationBuffer() {
-      return observation.zero();
-    }
-
-    @Override
-    public State update(State state, InternalRow input) {
-      if (ordinals == null) {
-        locate();
-      }
-      row = input;
-      observation.reduce(state, this);
-      return state;
-    }
-
-    @Override
-    public State merge(State state, State other) {
-      return observation.merge(state, other);
-    }
-
-    @Override
-    public Object eval(State state) {
-      return UTF8String.fromString(observation.finish(state));
-    }
-
-    @Override
-    public byte[] serialize(State state) {
-      return observation.serialize(state);
-    }
-
-    @Override
-    public State deserialize(byte[] stored) {
-      return observation.deserialize(stored);
-    }
-
-    @Override
-    public int mutableAggBufferOffset() {
-      return mutableAggBufferOffset;
-    }
-
-    @Override
-    public ImperativeAggregate withNewMutableAggBufferOffset(int offset) {
-      return new Aggregate(observation, arguments, offset, inputAggBufferOffset);
-    }
-
-    @Override
-    public int inputAggBufferOffset() {
-      return inputAggBufferOffset;
-    }
-
-    @Override
-    public ImperativeAggregate withNewInputAggBufferOffset(int offset) {
-      return new Aggregate(observation, arguments, mutableAggBufferOffset, offset);
-    }
-
-    @Override
-    public Seq<Expression> children() {
-      return arguments;
-    }
-
-    @Override
-    public Expression withNewChildrenInternal(IndexedSeq<Expression> children) {
-      return new Aggregate(observation, children, mutableAggBufferOffset, inputAggBufferOffset);
-    }
-
-    @Override
-    public boolean nullable() {
-      return false;
-    }
-
-    @Override
-    public DataType dataType() {
-      return DataTypes.StringType;
-    }
-
-    @Override
-    public String prettyName() {
-      return observation.name;
-    }
-
-    @Override
-    public int productArity() {
-      return 4;
-    }
-
-    @Override
-    public Object productElement(int n) {
-      return switch (n) {
-        case 0 -> observation;
-        case 1 -> arguments;
-        case 2 -> mutableAggBufferOffset;
-        case 3 -> inputAggBufferOffset;
-        default -> throw new IndexOutOfBoundsException(n);
-      };
-    }
-
-    @Override
-    public boolean canEqual(Object other) {
-      return other instanceof Aggregate;
-    }
   }
 }

@@ -1,0 +1,45 @@
+package io.wmobs.spark;
+
+/**
+ * The idle-timeout rule, for one clock ({@code wmobs/policy/_idle.py} is the Python engine's
+ * copy; both answer to {@code tests/reference/idle_clock.json}).
+ *
+ * <p>A clock is a stream's (or a key's) largest system timestamp {@code M}, when it last had
+ * input {@code a} (processing time), and up to when its idle clock has run ({@code -1}: not
+ * idle since its last input). Once processing time reaches {@code a + timeout}, the clock runs
+ * on: at the start of the idle period it jumps by the stream's lag behind processing time at
+ * its last input ({@code a - M}, within 0 and the timeout), then moves one for one with
+ * processing time. Each idle period that moves a clock is one firing.
+ */
+public final class IdleClock {
+  /** {@link #advance}: the clock is not idle (not moved). */
+  public static final int ACTIVE = -1;
+  /** {@link #advance}: the clock moved on in an idle period that had already started. */
+  public static final int MOVED = 0;
+  /** {@link #advance}: the clock moved at the start of an idle period: one firing. */
+  public static final int FIRED = 1;
+
+  private IdleClock() {}
+
+  /** How far a clock jumps when its idle period starts (ms). */
+  public static long jumpMs(long lastInputMs, long largestMs, long timeoutMs) {
+    return Math.min(Math.max(lastInputMs - largestMs, 0), timeoutMs);
+  }
+
+  /**
+   * Moves one clock to {@code nowMs}, in place: {@code clock} is {max_us, seen_ms,
+   * advanced_ms}. {@link #ACTIVE}, {@link #MOVED} or {@link #FIRED}.
+   */
+  public static int advance(long[] clock, long nowMs, long timeoutMs) {
+    long idleSince = clock[1] + timeoutMs;
+    if (nowMs < idleSince) {
+      return ACTIVE;
+    }
+    boolean starting = clock[2] < 0;
+    long jump = starting ? jumpMs(clock[1], Math.floorDiv(clock[0], 1000L), timeoutMs) : 0;
+    long begin = starting ? idleSince : Math.max(clock[2], idleSince);
+    clock[0] += (Math.max(nowMs - begin, 0) + jump) * 1000;
+    clock[2] = nowMs;
+    return starting ? FIRED : MOVED;
+  }
+}

@@ -1,0 +1,181 @@
+package io.wmobs.spark;
+
+import java.io.Serializable;
+import java.util.List;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.BoundReference;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.aggregate.ImperativeAggregate;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * {@code wmobs_policy_observation(spec, verdict, ts, event, idle[, delay, lateness])}: the
+ * {@link Observation} of a micro-batch, as one aggregate for {@code observe}.
+ *
+ * <p>Spark evaluates every aggregate of {@code observe} row by row outside the stage's
+ * generated code (~20 ns per row and aggregate) and plans each of them again in every
+ * micro-batch; one aggregate does it once. A Catalyst aggregate, not an {@code Aggregator}: an
+ * {@code Aggregator} gets each row copied into a new row and decoded into a {@code Row} of
+ * boxed values (a third of its time); this one reads plain long and int columns of the row in
+ * place, and evaluates any other argument.
+ */
+public final class ObservationAggregate extends WmobsAggregate<Observation.State>
+    implements Serializable, Observation.Arguments {
+  private static final long serialVersionUID = 1L;
+
+  private final Observation observation;
+  private final List<Expression> arguments;
+  private final Expression[] argument;
+  private final int mutableAggBufferOffset;
+  private final int inputAggBufferOffset;
+  /** Per argument: the input row's ordinal of a plain long or int column, else -1. */
+  private transient int[] ordinals;
+  private transient boolean[] ints;
+  /** The row being counted, and the arguments evaluated on it (those not plain columns). */
+  private transient InternalRow row;
+  private transient Long[] evaluated;
+
+  ObservationAggregate(
+      Observation observation,
+      List<Expression> arguments,
+      int mutableAggBufferOffset,
+      int inputAggBufferOffset) {
+    this.observation = observation;
+    this.arguments = List.copyOf(arguments);
+    this.argument = arguments.toArray(new Expression[0]);
+    this.mutableAggBufferOffset = mutableAggBufferOffset;
+    this.inputAggBufferOffset = inputAggBufferOffset;
+  }
+
+  /** The function {@code name}, built from its arguments (the spec first). */
+  static Expression build(String name, List<Expression> arguments) {
+    Observation observation = Observation.of(Spec.json(name, arguments), name);
+    List<Expression> rest = Spec.rest(arguments);
+    Spec.arity(name, rest, observation.arity());
+    return new ObservationAggregate(observation, rest, 0, 0);
+  }
+
+  /** The ordinals, found on the first row (the arguments are bound by then). */
+  private void locate() {
+    ordinals = new int[argument.length];
+    ints = new boolean[argument.length];
+    for (int i = 0; i < argument.length; i++) {
+      DataType type = argument[i].dataType();
+      ints[i] = type.equals(DataTypes.IntegerType);
+      boolean plain = argument[i] instanceof BoundReference;
+      ordinals[i] =
+          plain && (ints[i] || type.equals(DataTypes.LongType))
+              ? ((BoundReference) argument[i]).ordinal()
+              : -1;
+    }
+    evaluated = new Long[argument.length];
+  }
+
+  @Override
+  public boolean isNull(int index) {
+    int ordinal = ordinals[index];
+    if (ordinal >= 0) {
+      return row.isNullAt(ordinal);
+    }
+    Object value = argument[index].eval(row);
+    evaluated[index] = value == null ? null : ((Number) value).longValue();
+    return value == null;
+  }
+
+  @Override
+  public long get(int index) {
+    int ordinal = ordinals[index];
+    if (ordinal < 0) {
+      return evaluated[index]; // isNull(index) evaluated it
+    }
+    return ints[index] ? row.getInt(ordinal) : row.getLong(ordinal);
+  }
+
+  @Override
+  public Observation.State createAggregationBuffer() {
+    return observation.zero();
+  }
+
+  @Override
+  public Observation.State update(Observation.State state, InternalRow input) {
+    if (ordinals == null) {
+      locate();
+    }
+    row = input;
+    observation.reduce(state, this);
+    return state;
+  }
+
+  @Override
+  public Observation.State merge(Observation.State state, Observation.State other) {
+    return observation.merge(state, other);
+  }
+
+  @Override
+  public Object eval(Observation.State state) {
+    return UTF8String.fromString(observation.finish(state));
+  }
+
+  @Override
+  public byte[] serialize(Observation.State state) {
+    return observation.serialize(state);
+  }
+
+  @Override
+  public Observation.State deserialize(byte[] stored) {
+    return observation.deserialize(stored);
+  }
+
+  @Override
+  public int mutableAggBufferOffset() {
+    return mutableAggBufferOffset;
+  }
+
+  @Override
+  public ImperativeAggregate withNewMutableAggBufferOffset(int offset) {
+    return new ObservationAggregate(observation, arguments, offset, inputAggBufferOffset);
+  }
+
+  @Override
+  public int inputAggBufferOffset() {
+    return inputAggBufferOffset;
+  }
+
+  @Override
+  public ImperativeAggregate withNewInputAggBufferOffset(int offset) {
+    return new ObservationAggregate(observation, arguments, mutableAggBufferOffset, offset);
+  }
+
+  @Override
+  protected List<Expression> arguments() {
+    return arguments;
+  }
+
+  @Override
+  protected Expression withArguments(List<Expression> newArguments) {
+    return new ObservationAggregate(
+        observation, newArguments, mutableAggBufferOffset, inputAggBufferOffset);
+  }
+
+  @Override
+  protected List<Object> fields() {
+    return List.of(observation, arguments, mutableAggBufferOffset, inputAggBufferOffset);
+  }
+
+  @Override
+  public boolean nullable() {
+    return false;
+  }
+
+  @Override
+  public DataType dataType() {
+    return DataTypes.StringType;
+  }
+
+  @Override
+  public String prettyName() {
+    return observation.toString();
+  }
+}

@@ -1,0 +1,25 @@
+package io.wmobs.spark;
+
+import org.apache.spark.sql.SparkSessionExtensions;
+import scala.Tuple3;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * wmobs' Spark extension: {@code spark.sql.extensions=io.wmobs.spark.WmobsExtensions}, with
+ * wmobs' JAR on {@code spark.jars}, registers wmobs' functions ({@link Functions}) in every
+ * session, Spark Connect's included.
+ */
+public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+  @Override
+  public BoxedUnit apply(SparkSessionExtensions extensions) {
+    for (Functions.Definition function : Functions.ALL) {
+      extensions.injectFunction(
+          new Tuple3<>(
+              function.identifier(),
+              function.info(),
+              arguments -> Functions.build(function, arguments)));
+    }
+    return BoxedUnit.UNIT;
+  }
+}

@@ -1,0 +1,28 @@
+package io.wmobs.spark;
+
+import java.util.Iterator;
+import java.util.List;
+import scala.collection.IterableOnce;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * What wmobs' Java code needs from Scala's collections, for Scala 2.13 (Spark 4). The 2.12
+ * copy of this folder (Spark 3.5) has the same methods over 2.12's types: everything else is
+ * written once, against {@link java.util.List}.
+ */
+final class Scala {
+  private Scala() {}
+
+  static <T> Seq<T> seq(List<T> values) {
+    return CollectionConverters.asScala(values).toList();
+  }
+
+  static <T> List<T> list(scala.collection.Seq<T> values) {
+    return CollectionConverters.asJava(values);
+  }
+
+  static <T> IterableOnce<T> once(Iterator<T> values) {
+    return CollectionConverters.asScala(values);
+  }
+}

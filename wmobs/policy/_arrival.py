@@ -1,0 +1,133 @@
+"""The arrival policies (invalid time, early and late arrival) as stateless Column
+expressions, which both engines share, and the batch's times they need: read in every task by
+wmobs' JVM functions, or once per micro-batch by a Python data source broadcast into the plan.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from wmobs.policy._context import Context
+from wmobs.policy._verdicts import (
+    ARRIVAL,
+    BATCH_TIME,
+    DELAY,
+    DROPPED_BITS,
+    EARLY_ADJUSTED,
+    EARLY_DROPPED,
+    INVALID_DROPPED,
+    LATE_ADJUSTED,
+    LATE_DROPPED,
+    TS,
+    VERDICT,
+    WATERMARK,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["event_micros", "judge_arrival", "replace"]
+
+
+def event_micros(ctx: Context, df: DataFrame) -> Column:
+    """Each row's event time (µs); null where it is missing or unparseable."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    name = ctx.column(ctx.event_time)
+    column = F.col(f"`{name}`")
+    if isinstance(df.schema[name].dataType, StringType):
+        column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
+    return F.unix_micros(column.cast("timestamp"))
+
+
+def _arrival_micros(ctx: Context) -> Column:
+    """The arrival time column; null where the micro-batch's time stands in for it."""
+    from pyspark.sql import functions as F
+
+    if ctx.arrival_time is None:
+        return F.lit(None).cast("long")
+    arrival = ctx.column(ctx.arrival_time)
+    return F.unix_micros(F.col(f"`{arrival}`").cast("timestamp"))
+
+
+def judge_arrival(ctx: Context, df: DataFrame) -> DataFrame:
+    """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
+    by the arrival policies."""
+    from pyspark.sql import functions as F
+
+    staged = df.select(
+        *[F.col(f"`{c}`") for c in df.columns],
+        event_micros(ctx, df).alias(TS),
+        _arrival_micros(ctx).alias(ARRIVAL),
+    )
+    staged = _join_batch_times(ctx, staged)
+    return _arrival_policies(ctx, staged, F.col(BATCH_TIME) * F.lit(1000))
+
+
+def _arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFrame:
+    """Invalid time, early and late arrival: stateless Column expressions (JVM only).
+    ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
+    from pyspark.sql import functions as F
+
+    tolerances = ctx.tolerances
+    df = replace(df, {ARRIVAL: F.coalesce(F.col(ARRIVAL), batch_time)})
+    ts, arrival = F.col(TS), F.col(ARRIVAL)
+    verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
+    system = ts
+    if ctx.early_arrival_action is not None and tolerances.early_arrival_us is not None:
+        early = ts.isNotNull() & (ts > arrival + F.lit(tolerances.early_arrival_us))
+        drop = ctx.early_arrival_action == "drop"
+        verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(
+            verdict
+        )
+        if not drop:
+            system = F.when(early, arrival).otherwise(system)
+    late_floor = arrival - F.lit(tolerances.late_arrival_us)
+    late = (verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0) & (system < late_floor)
+    if ctx.late_arrival_action == "drop":
+        verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_DROPPED))).otherwise(verdict)
+    else:
+        verdict = F.when(late, verdict.bitwiseOR(F.lit(LATE_ADJUSTED))).otherwise(verdict)
+        system = F.when(late, late_floor).otherwise(system)
+    return replace(df, {TS: system, VERDICT: verdict, DELAY: arrival - ts})
+
+
+def _join_batch_times(ctx: Context, df: DataFrame) -> DataFrame:
+    """The micro-batch's watermark and timestamp on every row, read from the checkpoint: on the
+    JVM engine by wmobs' functions in every task (no job, no broadcast, no join); on the
+    Python engine once per batch by a Python data source, broadcast (a Spark job of its own in
+    every micro-batch, 23-42 ms of a small one)."""
+    from pyspark.sql import functions as F
+
+    if ctx.engine.jvm:
+        from wmobs.policy import _jvm
+
+        checkpoint = ctx.checkpoint or ""
+        return df.withColumns(
+            {
+                WATERMARK: _jvm.batch_time(checkpoint, watermark=True),
+                BATCH_TIME: _jvm.batch_time(checkpoint, watermark=False),
+            }
+        )
+    from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
+
+    spark = df.sparkSession
+    spark.dataSource.register(WatermarkSource)
+    source = (
+        spark.read.format(SOURCE_NAME)
+        .option("checkpoint", ctx.checkpoint or "")
+        .option("storage", ctx.storage.encode())
+        .load()
+    )
+    # Broadcast, the one-row source is read once per micro-batch. (A scalar subquery
+    # measured slower: Spark re-plans the Python data source for it in every batch.)
+    return df.crossJoin(F.broadcast(source.select(WATERMARK, BATCH_TIME)))
+
+
+def replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:
+    """Replace ``columns`` at once: every new value is computed from the old ones."""
+    from pyspark.sql import functions as F
+
+    kept = [F.col(f"`{c}`") for c in df.columns if c not in columns]
+    return df.select(*kept, *[value.alias(name) for name, value in columns.items()])

@@ -1,0 +1,63 @@
+"""What every stage of one policy's plan needs to know, resolved once by ``TimePolicy.apply``:
+the policy's settings, its tolerances, where its query keeps its checkpoint, how wmobs reaches
+storage beside Spark, and the engine it runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wmobs.observations import OBSERVATION_PREFIX
+from wmobs.policy._durations import Tolerances
+from wmobs.policy._engine import Engine
+from wmobs.policy._storage import Storage
+
+__all__ = ["Context"]
+
+_PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
+
+
+@dataclass(frozen=True)
+class Context:
+    """One policy's plan, before it is built."""
+
+    name: str
+    """The policy's name: its ``policy`` label, observation and state directory."""
+    named: bool
+    """True if the user gave the name (an unnamed policy's depends on creation order)."""
+    event_time: str
+    arrival_time: str | None
+    early_arrival_action: str | None
+    """None: no early-arrival policy."""
+    late_arrival_action: str
+    out_of_order_action: str
+    substream_by: tuple[str, ...] | None
+    distributions: bool
+    tolerances: Tolerances
+    checkpoint: str | None
+    storage: Storage
+    engine: Engine
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Input columns with a ``.`` in their name -> their name inside the plan."""
+
+    @property
+    def observation_name(self) -> str:
+        return f"{OBSERVATION_PREFIX}.policy.{self.name}"
+
+    @property
+    def idle(self) -> bool:
+        return self.tolerances.idle_timeout_us is not None
+
+    def column(self, name: str) -> str:
+        """The name inside the plan of input column ``name``."""
+        return self.renamed.get(name, name)
+
+    def can_happen(self, rule: str, action: str) -> bool:
+        """True for the verdicts this policy can give (the others are not observed: the
+        listener exports them as 0)."""
+        configured = {
+            "invalid_time": "drop",
+            "early_arrival": self.early_arrival_action,
+            "late_arrival": self.late_arrival_action,
+            "out_of_order": self.out_of_order_action,
+        }[rule]
+        return configured is not None and _PAST_TENSE[configured] == action

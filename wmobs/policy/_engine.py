@@ -1,0 +1,119 @@
+"""Which engine runs a time policy: decided here, once per ``TimePolicy.apply``, logged once at
+info with its reason, and exported as ``wmobs_policy_info{query, policy, engine}``.
+
+- ``jvm``: wmobs' Spark extension (:mod:`wmobs.policy._jvm`). The batch's times are read in
+  the tasks, substreams are judged by a Catalyst generator, everything observed is one
+  aggregate, dead letters are written by the JVM: no row crosses into Python.
+- ``python``: Python data sources, ``mapInArrow`` and Spark's own aggregates, for sessions that
+  cannot load the extension (a Spark Connect server without it, platforms that forbid JARs).
+
+``engine="auto"`` (the default) is the JVM engine wherever the session has the extension or
+can be given it (a classic session gets the JAR loaded into it), else the Python engine, said
+at info with the one setting that would give the JVM engine. ``engine="jvm"`` that cannot be
+had is an error, never a fallback; so is ``engine="python"`` where the Python engine cannot
+run (Spark before 4.0 has no Python data sources).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from wmobs._version import __version__
+
+__all__ = ["ENGINES", "Engine", "EngineError", "choose"]
+
+ENGINES = ("auto", "jvm", "python")
+JVM = "jvm"
+PYTHON = "python"
+
+
+class EngineError(RuntimeError):
+    """The engine asked for cannot run in this session."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine a policy runs on, and why."""
+
+    name: str
+    """``jvm`` or ``python``."""
+    reason: str
+
+    @property
+    def jvm(self) -> bool:
+        return self.name == JVM
+
+
+def _spark_major(spark: Any) -> int:
+    try:
+        return int(str(spark.version).split(".", 1)[0])
+    except Exception:  # pragma: no cover - every session has a version
+        return 4
+
+
+def _setting(spark: Any) -> str:
+    """The one setting that gives a session the JVM engine."""
+    from wmobs.policy._jvm import EXTENSIONS, JarError, jar
+
+    try:
+        path = str(jar(spark.version))
+    except JarError:
+        path = "<wmobs jar>"
+    return (
+        f"start the session (or the Spark Connect server) with spark.jars={path} and "
+        f"spark.sql.extensions={EXTENSIONS}: wmobs.configure_spark(builder) sets both"
+    )
+
+
+def _jvm(spark: Any) -> tuple[Engine | None, str]:
+    """The JVM engine if ``spark`` has it or can be given it; else None and why not."""
+    from wmobs._spark import is_connect
+    from wmobs.policy._jvm import JarError, extension_version, load
+
+    found = extension_version(spark)
+    if found is None and not is_connect(spark):
+        try:
+            how = load(spark)
+        except JarError as exc:
+            return None, str(exc)
+        except Exception as exc:  # the JVM refused: say what it said
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return None, f"wmobs' JAR could not be loaded into this session: {first}"
+        found = extension_version(spark)
+        if found is not None:
+            return Engine(JVM, f"wmobs' Spark extension {how}"), ""
+    if found is None:
+        where = "the Spark Connect server" if is_connect(spark) else "this session"
+        return None, f"{where} has no wmobs extension"
+    if found != __version__:
+        raise EngineError(
+            f"wmobs: the session's wmobs extension is version {found}, this package is "
+            f"{__version__}; give the session the JAR of this package ({_setting(spark)})"
+        )
+    return Engine(JVM, "the session has wmobs' Spark extension"), ""
+
+
+def choose(spark: Any, requested: str) -> Engine:
+    """The engine for a policy applied in ``spark``; ``requested``: one of :data:`ENGINES`."""
+    if requested not in ENGINES:
+        raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {requested!r}")
+    python_ok = _spark_major(spark) >= 4
+    if requested == PYTHON:
+        if not python_ok:
+            raise EngineError(
+                f"wmobs: engine='python' needs Spark >= 4.0 (Python data sources); this is "
+                f"Spark {spark.version}: use the JVM engine ({_setting(spark)})"
+            )
+        return Engine(PYTHON, "engine='python' was asked for")
+    engine, why_not = _jvm(spark)
+    if engine is not None:
+        return engine
+    if requested == JVM:
+        raise EngineError(f"wmobs: engine='jvm' is not to be had: {why_not}; {_setting(spark)}")
+    if not python_ok:
+        raise EngineError(
+            f"wmobs: time policies on Spark {spark.version} need the JVM engine, and {why_not}; "
+            f"{_setting(spark)}"
+        )
+    return Engine(PYTHON, f"{why_not}; for the faster JVM engine, {_setting(spark)}")

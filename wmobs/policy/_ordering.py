@@ -1,0 +1,134 @@
+"""Out of order, in the plan: against the micro-batch's watermark (global), or per key in
+arrival order (substreams: rows shuffled by key bucket, each partition judged by wmobs' JVM
+generator or by the Python engine's ``mapInArrow`` stage, with the keys' state in the
+checkpoint)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wmobs.policy._arrival import judge_arrival, replace
+from wmobs.policy._context import Context
+from wmobs.policy._heartbeat import with_heartbeat
+from wmobs.policy._verdicts import (
+    ARRIVAL,
+    BATCH_TIME,
+    DROPPED_BITS,
+    IDLE,
+    KEY,
+    LATENESS,
+    OOO_ADJUSTED,
+    OOO_DROPPED,
+    TS,
+    VERDICT,
+    WATERMARK,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["global_out_of_order", "substream_out_of_order"]
+
+
+def global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
+    """The arrival policies, then out of order against the micro-batch's watermark (Spark's own
+    semantics: the largest system timestamp of earlier batches minus the tolerance)."""
+    from pyspark.sql import functions as F
+
+    df = judge_arrival(ctx, df)
+    mark = F.col(WATERMARK) * F.lit(1000)
+    candidate = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
+    behind = candidate & mark.isNotNull() & (F.col(TS) < mark)
+    drop = ctx.out_of_order_action == "drop"
+    bit = F.lit(OOO_DROPPED if drop else OOO_ADJUSTED)
+    largest = mark + F.lit(ctx.tolerances.out_of_order_us)  # before this batch
+    behind_by = F.when(mark.isNotNull(), F.greatest(largest - F.col(TS), F.lit(0)))
+    replaced = {
+        VERDICT: F.when(behind, F.col(VERDICT).bitwiseOR(bit)).otherwise(F.col(VERDICT)),
+        LATENESS: F.when(candidate, F.coalesce(behind_by, F.lit(0))),
+    }
+    if not drop:
+        replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
+    judged = replace(df, replaced).drop(WATERMARK, BATCH_TIME)
+    if ctx.idle:
+        judged = with_heartbeat(ctx, judged, ctx.checkpoint)
+    return judged
+
+
+def _spec(ctx: Context) -> dict[str, Any]:
+    """The per-key judge's settings, as both engines take them."""
+    from wmobs.policy._substream_state import BUCKETS, state_directory
+
+    drop = ctx.out_of_order_action == "drop"
+    ttl_us, idle_us = ctx.tolerances.substream_ttl_us, ctx.tolerances.idle_timeout_us
+    return {
+        "checkpoint": ctx.checkpoint or "",
+        "directory": state_directory(ctx.name),
+        "buckets": BUCKETS,
+        "tolerance_us": ctx.tolerances.out_of_order_us,
+        "drop": drop,
+        "ttl_ms": None if ttl_us is None else max(1, ttl_us // 1000),
+        "idle_timeout_ms": None if idle_us is None else idle_us // 1000,
+        "candidate_bits": DROPPED_BITS,
+        "ooo_bit": OOO_DROPPED if drop else OOO_ADJUSTED,
+    }
+
+
+def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
+    """The arrival policies, then out of order per key, in arrival order: rows partitioned by
+    key bucket, each partition judged at once with its keys' state from the checkpoint."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy._substream_state import BUCKETS, state_directory
+
+    if not ctx.named:
+        import structlog
+
+        structlog.get_logger("wmobs").warning(
+            "wmobs.substream_policy_unnamed",
+            state=state_directory(ctx.name),
+            hint="pass TimePolicy(name=...) so that the per-key state is found again "
+            "after a restart even if the code creates its policies in another order",
+        )
+    keys = [F.col(f"`{ctx.column(c)}`") for c in ctx.substream_by or ()]
+    keyed = df.withColumn(KEY, F.xxhash64(*keys))
+    if ctx.idle:
+        keyed = with_heartbeat(ctx, keyed, None)
+    # Partitioned by key bucket before the times and verdicts are computed, so that only
+    # the input columns and the key go through the shuffle.
+    partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
+    staged = judge_arrival(ctx, partitioned)
+    staged = staged.drop(WATERMARK, BATCH_TIME).withColumn(LATENESS, F.lit(None).cast("long"))
+    output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
+    spec = _spec(ctx)
+    if ctx.engine.jvm:
+        from wmobs.policy import _jvm
+
+        at = {name: i for i, name in enumerate(staged.columns)}
+        positions = {"key": KEY, "ts": TS, "arrival": ARRIVAL, "verdict": VERDICT}
+        spec |= {field: at[column] for field, column in positions.items()}
+        spec |= {"idle": at[IDLE] if ctx.idle else None, "lateness": at[LATENESS]}
+        judged = _jvm.substreams(staged, spec)
+        return judged.select(*[F.col(f"`{c}`") for c in output])
+    from wmobs.policy._substream_judge import SubstreamConfig
+    from wmobs.policy._substream_stage import Columns, substream_stage
+
+    config = SubstreamConfig(
+        tolerance_us=spec["tolerance_us"],
+        drop=spec["drop"],
+        ttl_ms=spec["ttl_ms"],
+        idle_timeout_ms=spec["idle_timeout_ms"],
+        candidate_bits=spec["candidate_bits"],
+        ooo_bit=spec["ooo_bit"],
+    )
+    output_schema = staged.select(*[F.col(f"`{c}`") for c in output]).schema
+    stage = substream_stage(
+        config,
+        Columns(
+            KEY, TS, ARRIVAL, VERDICT, IDLE if ctx.idle else None, tuple(output), lateness=LATENESS
+        ),
+        checkpoint=ctx.checkpoint or "",
+        directory=spec["directory"],
+        storage=ctx.storage,
+    )
+    return staged.mapInArrow(stage, output_schema)
