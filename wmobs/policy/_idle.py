@@ -27,14 +27,19 @@ idle period that moves a clock is one **firing**, counted once however long it l
 
 The global heartbeat learns ``a`` from the query's offsets log (a batch had input when any
 source other than the heartbeat moved its offset); substreams keep ``a`` per key in their
-state.
+state. The rule is :func:`advance`, once for Python (the global heartbeat and substreams'
+keys both call it); the JVM engine's copy is ``IdleClock.java``, and both answer to
+``tests/reference/idle_clock.json``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from wmobs.observations import IDLE_TICK
 from wmobs.policy._checkpoint import parse_offsets
@@ -43,7 +48,9 @@ __all__ = [
     "HEARTBEAT",
     "REAL",
     "TICK",
+    "Clocks",
     "InputActivity",
+    "advance",
     "default_check_interval_ms",
     "global_synthetic",
     "idle_jump_ms",
@@ -93,6 +100,43 @@ def idle_jump_ms(last_input_ms: int, largest_ms: int, timeout_ms: int) -> int:
     return min(max(last_input_ms - largest_ms, 0), timeout_ms)
 
 
+Int64s = npt.NDArray[np.int64]
+
+
+class Clocks(NamedTuple):
+    """Clocks after :func:`advance`."""
+
+    max_us: Int64s
+    """The largest system timestamp, moved on where idle."""
+    advanced_ms: Int64s
+    """Up to when each idle clock has run (-1: not idle since its last input)."""
+    moved: npt.NDArray[np.bool_]
+    """Idle: moved on (perhaps by 0)."""
+    fired: npt.NDArray[np.bool_]
+    """An idle period that starts moving now: one firing."""
+
+
+def advance(
+    max_us: Int64s, seen_ms: Int64s, advanced_ms: Int64s, *, now_ms: int, timeout_ms: int
+) -> Clocks:
+    """The rule (module documentation) for many clocks at once: each clock's largest system
+    timestamp, when it last had input and up to when its idle clock has run (-1 if not idle
+    since), moved to ``now_ms``."""
+    idle_since = seen_ms + timeout_ms
+    moved = now_ms >= idle_since
+    starting = advanced_ms < 0
+    lag_ms = seen_ms - np.floor_divide(max_us, 1000)
+    jump_ms = np.where(starting, np.clip(lag_ms, 0, timeout_ms), 0)  # idle_jump_ms
+    begin = np.where(starting, idle_since, np.maximum(advanced_ms, idle_since))
+    forward = max_us + (np.maximum(now_ms - begin, 0) + jump_ms) * 1000
+    return Clocks(
+        np.where(moved, forward, max_us).astype(np.int64),
+        np.where(moved, now_ms, advanced_ms).astype(np.int64),
+        moved,
+        moved & starting,
+    )
+
+
 def global_synthetic(
     start: dict[str, Any],
     end: dict[str, Any],
@@ -113,14 +157,18 @@ def global_synthetic(
         return None
     idle_since = int(end[IDLE_SINCE])
     previous = int(start.get(TICK, 0))
-    first = previous < idle_since
-    largest = watermark_ms + delay_ms
-    advance = int(end[TICK]) - max(idle_since, previous)
-    if first:
-        advance = max(advance, 0) + idle_jump_ms(idle_since - timeout_ms, largest, timeout_ms)
-    elif advance <= 0:
+    largest_us = (watermark_ms + delay_ms) * 1000
+    clocks = advance(
+        np.array([largest_us], dtype=np.int64),
+        np.array([idle_since - timeout_ms], dtype=np.int64),
+        np.array([previous if previous >= idle_since else -1], dtype=np.int64),
+        now_ms=int(end[TICK]),
+        timeout_ms=timeout_ms,
+    )
+    moved_us = int(clocks.max_us[0])
+    if not clocks.moved[0] or (moved_us == largest_us and not clocks.fired[0]):
         return None
-    return (largest + advance) * 1000, int(first)
+    return moved_us, int(clocks.fired[0])
 
 
 def _batch_ids(names: Iterable[str]) -> list[int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wmobs.policy._idle import advance
 from wmobs.policy._substream_state import KeyState
 
 __all__ = [
@@ -197,20 +198,14 @@ def _find(
 
 
 def advance_idle(state: KeyState, *, now_ms: int, timeout_ms: int) -> tuple[int, int] | None:
-    """The idle-timeout rule (:mod:`wmobs.policy._idle`) on arrays, in place: every key idle for
-    ``timeout_ms`` has its clock moved on. ``(largest moved timestamp µs, firings)``, or
-    ``None`` when no clock moved."""
-    idle_since = state.seen_ms + timeout_ms
-    idle = now_ms >= idle_since
-    if not idle.any():
+    """The idle-timeout rule (:func:`wmobs.policy._idle.advance`) on every key, in place:
+    every key idle for ``timeout_ms`` has its clock moved on. ``(largest moved timestamp µs,
+    firings)``, or ``None`` when no clock moved."""
+    clocks = advance(
+        state.max_us, state.seen_ms, state.advanced_ms, now_ms=now_ms, timeout_ms=timeout_ms
+    )
+    if not clocks.moved.any():
         return None
-    previous = state.advanced_ms
-    starting = previous < 0
-    lag_ms = state.seen_ms - np.floor_divide(state.max_us, 1000)
-    jump_ms = np.where(starting, np.clip(lag_ms, 0, timeout_ms), 0)  # idle_jump_ms
-    begin = np.where(starting, idle_since, np.maximum(previous, idle_since))
-    moved = state.max_us + (np.maximum(now_ms - begin, 0) + jump_ms) * 1000
-    firings = int((idle & starting).sum())
-    state.max_us = np.where(idle, moved, state.max_us)
-    state.advanced_ms = np.where(idle, now_ms, previous)
-    return int(state.max_us[idle].max()), firings
+    state.max_us = clocks.max_us
+    state.advanced_ms = clocks.advanced_ms
+    return int(state.max_us[clocks.moved].max()), int(clocks.fired.sum())

@@ -164,7 +164,7 @@ public final class Observation implements Serializable {
   }
 
   /** One row's arguments (see the class comment); a null value is not read. */
-  interface Arguments {
+  public interface Arguments {
     boolean isNull(int index);
 
     long get(int index);

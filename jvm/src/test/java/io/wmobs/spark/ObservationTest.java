@@ -1,0 +1,92 @@
+package io.wmobs.spark;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+
+/** The observation's counts: merging tasks' partial counts equals counting all rows at once. */
+class ObservationTest {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private static Observation observation() throws Exception {
+    JsonNode buckets = ReferenceTest.load("histogram_buckets.json");
+    String spec =
+        "{\"counts\": [[\"rule:early_arrival:dropped\", 4], [\"rule:out_of_order:adjusted\", 32]],"
+            + " \"dropped_bits\": 85, \"dead_letters\": \"dead_letter_rows\","
+            + " \"firings\": \"idle_timeout_firings\", \"watermark\": \"input_watermark_us\","
+            + " \"event_time\": \"input_event_time_us\", \"tolerance_us\": 1000,"
+            + " \"histogram\": {\"buckets\": \"hist:arrival_delay*lateness:buckets\","
+            + " \"sums\": [\"hist:arrival_delay:sum_us\", \"hist:lateness:sum_us\"],"
+            + " \"bounds\": [" + buckets.get("arrival_delay").get("bounds_us") + ", "
+            + buckets.get("lateness").get("bounds_us") + "]}}";
+    return Observation.of(JSON.readTree(spec), "wmobs_policy_observation");
+  }
+
+  /** One row's arguments: verdict, ts, event, idle, delay, lateness (null: absent). */
+  private static Observation.Arguments row(Long... values) {
+    return new Observation.Arguments() {
+      @Override
+      public boolean isNull(int index) {
+        return values[index] == null;
+      }
+
+      @Override
+      public long get(int index) {
+        return values[index];
+      }
+    };
+  }
+
+  private static Observation.Arguments random(Random rnd) {
+    long[] verdicts = {0, 0, 0, 4, 32, 64};
+    long idle = rnd.nextInt(10) == 0 ? rnd.nextInt(3) + 1 : -1;
+    return row(
+        verdicts[rnd.nextInt(verdicts.length)],
+        rnd.nextBoolean() ? null : (long) rnd.nextInt(1_000_000_000),
+        (long) rnd.nextInt(1_000_000_000),
+        idle,
+        rnd.nextInt(5) == 0 ? null : (long) (rnd.nextInt(2_000_000_000) - 1_000_000_000),
+        rnd.nextInt(5) == 0 ? null : (long) rnd.nextInt(100_000_000));
+  }
+
+  @Test
+  void mergedPartsCountAsTheWhole() throws Exception {
+    Observation observation = observation();
+    for (int seed = 0; seed < 50; seed++) {
+      Random rnd = new Random(seed);
+      Observation.State whole = observation.zero();
+      Observation.State[] parts = {observation.zero(), observation.zero(), observation.zero()};
+      for (int i = rnd.nextInt(200); i > 0; i--) {
+        Observation.Arguments arguments = random(rnd);
+        observation.reduce(whole, arguments);
+        observation.reduce(parts[rnd.nextInt(parts.length)], arguments);
+      }
+      Observation.State merged = observation.zero();
+      for (Observation.State part : parts) { // as the driver gets them: serialized
+        observation.merge(merged, observation.deserialize(observation.serialize(part)));
+      }
+      assertEquals(observation.finish(whole), observation.finish(merged), "seed " + seed);
+    }
+  }
+
+  @Test
+  void countsWhatTheSpecNames() throws Exception {
+    Observation observation = observation();
+    Observation.State state = observation.zero();
+    observation.reduce(state, row(4L, 100L, 100L, -1L, -400L, null)); // dropped early
+    observation.reduce(state, row(32L, 5_000L, 3_000L, -1L, 2_000L, 2_000L)); // adjusted
+    observation.reduce(state, row(0L, 9_000L, 0L, 2L, null, null)); // synthetic: 2 firings
+    JsonNode columns = JSON.readTree(observation.finish(state));
+    assertEquals(1, columns.get("rule:early_arrival:dropped").asLong());
+    assertEquals(1, columns.get("rule:out_of_order:adjusted").asLong());
+    assertEquals(1, columns.get("dead_letter_rows").asLong());
+    assertEquals(2, columns.get("idle_timeout_firings").asLong());
+    assertEquals(9_000 - 1_000, columns.get("input_watermark_us").asLong()); // synthetic moves it
+    assertEquals(3_000, columns.get("input_event_time_us").asLong()); // real rows only
+    assertEquals(-400 + 2_000, columns.get("hist:arrival_delay:sum_us").asLong());
+    assertEquals(2_000, columns.get("hist:lateness:sum_us").asLong());
+  }
+}
