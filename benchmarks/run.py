@@ -12,9 +12,10 @@
    ``/metrics`` with ``--queries`` active queries (default 100), wmobs' endpoint over HTTP
    against OpenTelemetry's Prometheus exporter on the same samples.
 3. ``policy``: the same aggregation (append mode, ``processAllAvailable``) alone and behind a
-   ``TimePolicy``: global (with wmobs' JAR, which ``local_spark`` loads, and without it),
-   global with a dead-letter directory, and substreams over 10 and 10,000 keys (Spark's
-   default state store). Throughput is that of the running query (first
+   ``TimePolicy``: global, global with a dead-letter directory, and substreams over 10 and
+   10,000 keys (Spark's default state store), each on the engine a user gets by default
+   (``engine="auto"`` in a plain session: the JVM engine, loaded into the running session) and
+   on the Python engine (``engine="python"``). Throughput is that of the running query (first
    micro-batch's start to last one's end); query start-up is reported apart.
 4. ``latency``: the time each micro-batch takes, 25 micro-batches of 1,000 rows (one file
    each) to a windowed count, alone and behind the global policy, the global policy with dead
@@ -334,105 +335,6 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         dead = str(work / "dead") if dead_letters else None
         return lambda df, ck: p.apply(df, checkpoint_location=ck, dead_letter=dead)
 
-    def without(*parts: str) -> Callable[[Any, str], Any]:
-        """The global policy without some of its parts, to measure what they cost:
-        ``distributions`` (its two histograms: ``TimePolicy(distributions=False)``) and
-        ``watermark read`` (the batch's watermark and time as constants instead of read from
-        the checkpoint: wrong verdicts, a measurement only)."""
-        from unittest import mock
-
-        from pyspark.sql import functions as F
-
-        from wmobs.policy._verdicts import BATCH_TIME, WATERMARK
-
-        def constants(_: Any, df: Any) -> Any:
-            nothing = F.lit(None).cast("long")
-            return df.withColumns({WATERMARK: nothing, BATCH_TIME: F.lit(0).cast("long")})
-
-        patches: dict[str, Any] = {}
-        if "watermark read" in parts:
-            patches["_join_batch_times"] = constants
-        make = policy(distributions="distributions" not in parts)
-        if not patches:
-            return make
-
-        def apply(df: Any, ck: str) -> Any:
-            from wmobs.policy._plan import _Plan
-
-            with mock.patch.multiple(_Plan, **patches):
-                return make(df, ck)
-
-        return apply
-
-    def without_jar(*functions: str, **kw: Any) -> Callable[[Any, str], Any]:
-        """The policy (``kw``; default the global one) as in a session without (some of) wmobs'
-        JAR ``functions``: the batch's times from the Python data source, one Spark aggregate
-        per observed column, substreams judged and dead letters handed over in Python."""
-        from contextlib import ExitStack
-        from unittest import mock
-
-        from wmobs.policy import _jvm
-
-        make = policy(**kw)
-
-        def apply(df: Any, ck: str) -> Any:
-            with ExitStack() as patches:
-                for function in functions:
-                    patches.enter_context(mock.patch.object(_jvm, function, lambda *_: None))
-                return make(df, ck)
-
-        return apply
-
-    def observing(what: str) -> Callable[[Any, str], Any]:
-        """The global policy observing ``what`` instead of its columns, to measure ``observe``
-        (wrong observations): "nothing" (no ``observe`` node) or "one count"."""
-        from unittest import mock
-
-        from pyspark.sql import DataFrame
-        from pyspark.sql import functions as F
-
-        make = policy()
-        observe = DataFrame.observe
-
-        def replaced(df: Any, observation: Any, *columns: Any) -> Any:
-            if what == "nothing":
-                return df
-            return observe(df, observation, F.count(F.lit(1)).alias("rows"))
-
-        def apply(df: Any, ck: str) -> Any:
-            with mock.patch.object(DataFrame, "observe", replaced):
-                return make(df, ck)
-
-        return apply
-
-    def substreams_without_judge(keep: str) -> Callable[[Any, str], Any]:
-        """Substreams with their judge taken out, to measure it (wrong verdicts): ``keep``
-        "nothing" (the rows go on after the shuffle) or "pass-through" (the JAR's generator
-        yields every row unchanged)."""
-        from unittest import mock
-
-        from wmobs.policy import _jvm
-        from wmobs.policy._plan import _Plan
-
-        make = policy(substream_by=["device10"], name=f"keys10_{keep}")
-        stage = _jvm.substream_stage
-
-        def nothing(_: Any, staged: Any, *rest: Any) -> Any:
-            return staged
-
-        def pass_through(df: Any, spec: dict[str, Any]) -> Any:
-            return stage(df, {**spec, "pass_through": True})
-
-        def apply(df: Any, ck: str) -> Any:
-            with (
-                mock.patch.object(_Plan, "_jvm_substreams", nothing)
-                if keep == "nothing"
-                else mock.patch.object(_jvm, "substream_stage", pass_through)
-            ):
-                return make(df, ck)
-
-        return apply
-
     def shuffled(df: Any, ck: str) -> Any:
         """The baseline with a shuffle by key bucket as substreams have, and nothing else."""
         from pyspark.sql import functions as F
@@ -440,35 +342,19 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         bucket = F.pmod(F.xxhash64("device10"), F.lit(64))
         return df.withWatermark("EventTime", "10 seconds").repartition(bucket)
 
+    python: dict[str, Any] = {"engine": "python"}
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "baseline + a shuffle by key bucket, no policy (diagnostic)": (shuffled, "EventTime"),
         "global policy": (policy(), "system_timestamp"),
-        "global policy without the JAR": (
-            without_jar("batch_time_functions", "observation_function"),
-            "system_timestamp",
-        ),
-        "global policy, observations without the JAR": (
-            without_jar("observation_function"),
-            "system_timestamp",
-        ),
-        "global policy without distributions": (without("distributions"), "system_timestamp"),
-        "global policy without observe (diagnostic)": (observing("nothing"), "system_timestamp"),
-        "global policy observing one count (diagnostic)": (
-            observing("one count"),
-            "system_timestamp",
-        ),
-        "global policy without the watermark read (diagnostic)": (
-            without("watermark read"),
-            "system_timestamp",
-        ),
-        "global policy without the watermark read or distributions (diagnostic)": (
-            without("watermark read", "distributions"),
+        "global policy, Python engine": (policy(**python), "system_timestamp"),
+        "global policy without distributions": (
+            policy(distributions=False),
             "system_timestamp",
         ),
         "global policy + dead letters": (policy(dead_letters=True), "system_timestamp"),
-        "global policy + dead letters handed to Python": (
-            without_jar("dead_letter_function", dead_letters=True),
+        "global policy + dead letters, Python engine": (
+            policy(dead_letters=True, **python),
             "system_timestamp",
         ),
         "global policy + idle timeout": (policy(idle_timeout="1 minute"), "system_timestamp"),
@@ -476,24 +362,16 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
             policy(substream_by=["device10"], name="keys10"),
             "system_timestamp",
         ),
-        "substreams, 10 keys, judged in Python": (
-            without_jar("substream_stage", substream_by=["device10"], name="keys10_python"),
-            "system_timestamp",
-        ),
-        "substreams, 10 keys, no judge (diagnostic)": (
-            substreams_without_judge("nothing"),
-            "system_timestamp",
-        ),
-        "substreams, 10 keys, pass-through judge (diagnostic)": (
-            substreams_without_judge("pass-through"),
+        "substreams, 10 keys, Python engine": (
+            policy(substream_by=["device10"], name="keys10_python", **python),
             "system_timestamp",
         ),
         "substreams, 10,000 keys": (
             policy(substream_by=["device10k"], name="keys10k"),
             "system_timestamp",
         ),
-        "substreams, 10,000 keys, judged in Python": (
-            without_jar("substream_stage", substream_by=["device10k"], name="keys10k_python"),
+        "substreams, 10,000 keys, Python engine": (
+            policy(substream_by=["device10k"], name="keys10k_python", **python),
             "system_timestamp",
         ),
         "substreams, 10 keys + idle timeout": (
@@ -509,7 +387,7 @@ def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[st
 
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench-policy")
+    spark = local_spark("wmobs-bench-policy", extension=False)  # as a user gets it
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
     files = 40
     schema = _policy_input(spark, work / "in", rows, files)
@@ -690,7 +568,7 @@ def bench_latency(
 
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench-latency")
+    spark = local_spark("wmobs-bench-latency", extension=False)  # as a user gets it
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-latency-"))
     schema = _policy_input(spark, work / "in", batches * rows_per_batch, batches)
     makers = _policy_makers(work)

@@ -157,37 +157,39 @@ def build() -> dict[str, Any]:
         ),
         panel(
             "Time-policy events",
-            "Rows per second by time policy and action (adjusted or dropped), exact per row.",
+            "Rows per second by time policy, rule (early_arrival, late_arrival, out_of_order, "
+            "invalid_time) and action (adjusted or dropped), exact per row.",
             "cps",
             [
                 (
-                    "sum by (query, policy, action) "
+                    "sum by (query, policy, rule, action) "
                     f"(rate(wmobs_policy_events_total{{{SEL}}}[{RATE}]))",
-                    "{{query}} {{policy}} {{action}}",
+                    "{{query}} {{policy}} {{rule}} {{action}}",
                 )
             ],
             (0, 28, 12, 8),
         ),
         panel(
             "Dead-lettered rows",
-            "Rows per second written to the dead-letter destination.",
+            "Rows per second each time policy wrote to its dead-letter destination.",
             "cps",
             [
                 (
-                    f"sum by (query) (rate(wmobs_dead_letter_rows_total{{{SEL}}}[{RATE}]))",
-                    "{{query}}",
+                    f"sum by (query, policy) (rate(wmobs_dead_letter_rows_total{{{SEL}}}[{RATE}]))",
+                    "{{query}} {{policy}}",
                 )
             ],
             (12, 28, 6, 8),
         ),
         panel(
             "Idle-timeout firings",
-            "Windows closed by the idle timeout, per rate interval.",
+            "Windows closed by each time policy's idle timeout, per rate interval.",
             "short",
             [
                 (
-                    f"sum by (query) (increase(wmobs_idle_timeout_firings_total{{{SEL}}}[{RATE}]))",
-                    "{{query}}",
+                    "sum by (query, policy) "
+                    f"(increase(wmobs_idle_timeout_firings_total{{{SEL}}}[{RATE}]))",
+                    "{{query}} {{policy}}",
                 )
             ],
             (18, 28, 6, 8),
@@ -266,6 +268,15 @@ def build() -> dict[str, Any]:
             ],
             (12, 58, 12, 8),
             kind="heatmap",
+        ),
+        panel(
+            "Time policies by engine",
+            "Time policies of running queries per engine (wmobs_policy_info): jvm is wmobs' "
+            "Spark extension; python the Python engine, for sessions without the extension.",
+            "short",
+            [(f"count by (engine) (wmobs_policy_info{{{SEL}}})", "{{engine}}")],
+            (0, 66, 12, 4),
+            kind="stat",
         ),
     ]
     for i, p in enumerate(panels, start=1):

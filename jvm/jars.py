@@ -144,13 +144,12 @@ def build(lines: list[str] | None = None, *, tests: bool = True, force: bool = F
         if not tests:
             command.append("-DskipTests")
         started = time.monotonic()
-        done = subprocess.run(command, cwd=JVM, check=False)
+        done = subprocess.run(command, cwd=JVM, capture_output=True, text=True, check=False)
         if done.returncode != 0:
+            sys.stderr.write(done.stdout[-20000:] + done.stderr[-5000:])
             raise BuildError(f"wmobs: the Maven build of Spark {line}'s JAR failed")
         shutil.copyfile(JVM / "target" / jar_name(line), target)
-        print(
-            f"wmobs: built {target.name} in {time.monotonic() - started:.0f} s", file=sys.stderr
-        )
+        print(f"wmobs: built {target.name} in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return built
 
 

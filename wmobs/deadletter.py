@@ -5,6 +5,12 @@ Re-exported here so that ``from wmobs.deadletter import DeadLetter`` keeps worki
 
 from __future__ import annotations
 
-from wmobs.policy.deadletter import BATCH_COLUMN, POLICY_COLUMN, DeadLetter, DeadLetterFunction
+from wmobs.policy.deadletter import (
+    BATCH_COLUMN,
+    POLICY_COLUMN,
+    RULE_COLUMN,
+    DeadLetter,
+    DeadLetterFunction,
+)
 
-__all__ = ["BATCH_COLUMN", "POLICY_COLUMN", "DeadLetter", "DeadLetterFunction"]
+__all__ = ["BATCH_COLUMN", "POLICY_COLUMN", "RULE_COLUMN", "DeadLetter", "DeadLetterFunction"]

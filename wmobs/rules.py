@@ -136,10 +136,12 @@ def alerts(c: RulesConfig) -> list[Alert]:
         Alert(
             "WmobsDeadLetterGrowing",
             "warning",
-            f"{_BY} (increase(wmobs_dead_letter_rows_total{c.sel()}[{c.dead_letter_window}])) > 0",
+            "sum by (job, instance, query, policy) "
+            f"(increase(wmobs_dead_letter_rows_total{c.sel()}[{c.dead_letter_window}])) > 0",
             c.dead_letter_for,
             "Rows keep arriving in a streaming query's dead-letter destination.",
-            "Query {{ $labels.query }} ({{ $labels.instance }}) dead-lettered "
+            "Policy {{ $labels.policy }} of query {{ $labels.query }} ({{ $labels.instance }}) "
+            "dead-lettered "
             "{{ $value | humanize }} rows in the last "
             f"{c.dead_letter_window}, continuously for {c.dead_letter_for}.",
         ),

@@ -4,13 +4,14 @@ the exported counts."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -20,14 +21,10 @@ import wmobs
 from tests.unit._reference import lateness_reference
 from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
-from wmobs.observations import (
-    HISTOGRAMS,
-    histogram_index,
-    joint_histogram_counts,
-    observation_columns,
-    parse_observed_metrics,
-)
+from wmobs.listener._observed import observation_columns, parse_observed_metrics
+from wmobs.observations import HISTOGRAMS
 from wmobs.policy import _jvm
+from wmobs.policy._observe import histogram_index, joint_histogram_counts
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
@@ -36,40 +33,15 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, deviceId STRING"
 
-# The worked example (README, "Time policies"): (#, event time, arrival time, device), in
-# arrival order.
-WORKED = [
-    (1, "12:07", "12:07", "device1"),
-    (2, "12:08", "12:08", "device2"),
-    (3, "12:17", "12:11", "device1"),
-    (4, "12:08", "12:13", "device3"),
-    (5, "12:19", "12:16", "device1"),
-    (6, "12:12", "12:17", "device3"),
-    (7, "12:17", "12:18", "device2"),
-    (8, "12:20", "12:19", "device2"),
-    (9, "12:16", "12:21", "device3"),
-    (10, "12:23", "12:22", "device2"),
-    (11, "12:22", "12:24", "device2"),
-    (12, "12:21", "12:27", "device3"),
-]
-# Worked out from the rules (early 5 min drop, late 5 min adjust, out of order 2 min adjust):
-# id -> system timestamp, or None when dropped.
-GLOBAL_EXPECTED = {
-    1: "12:07", 2: "12:08", 3: None, 4: "12:08", 5: "12:19",
-    6: "12:17",   # behind the watermark 12:19 - 2 = 12:17: adjusted to it
-    7: "12:17",   # equal to the watermark (12:17) is not behind it
-    8: "12:20",
-    9: "12:18",   # behind the watermark 12:20 - 2 = 12:18: adjusted
-    10: "12:23",
-    11: "12:22",  # the watermark is 12:21
-    12: "12:22",  # 6 min late: adjusted to 12:27 - 5 = 12:22, above the watermark
-}  # fmt: skip
-# With substreams by device every device has its own watermark: nothing is out of order.
-SUBSTREAM_EXPECTED = {
-    **GLOBAL_EXPECTED,
-    6: "12:12",   # device3's watermark is 12:08 - 2 = 12:06
-    9: "12:16",   # device3's watermark is 12:12 - 2 = 12:10
-}  # fmt: skip
+# The worked example (DESIGN §2), as both engines' reference cases have it
+# (tests/reference/worked_example.json): (#, event time, arrival time, device), in arrival
+# order, and per row its system timestamp, or None when dropped, globally and per device.
+REFERENCE = json.loads(
+    (Path(__file__).resolve().parents[1] / "reference" / "worked_example.json").read_text()
+)
+WORKED = [(e["id"], e["event"], e["arrival"], e["device"]) for e in REFERENCE["events"]]
+GLOBAL_EXPECTED = {int(i): r["system"] for i, r in REFERENCE["global"].items()}
+SUBSTREAM_EXPECTED = {int(i): r["system"] for i, r in REFERENCE["substreams"].items()}
 
 
 def ts(hhmm: str) -> str:
@@ -129,7 +101,9 @@ def run_policy(
             else spark.read.parquet(str(parquet))
         )
         kept = {r.id: r.system for r in table.collect()}
-    return kept, dict(snap.policy_events), query.recentProgress
+    policy_snap = snap.policy(policy.state_name)
+    assert policy_snap is not None and policy.engine in ("auto", policy_snap.engine)
+    return kept, dict(policy_snap.events), query.recentProgress
 
 
 def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, Any]:
@@ -139,7 +113,7 @@ def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, Any]:
     for p in progress:
         row = p["observedMetrics"][policy.observation_name].asDict(recursive=True)
         observed = parse_observed_metrics({policy.observation_name: row})
-        for (_, histogram), counts in observed.histograms.items():
+        for histogram, counts in observed.policies[policy.state_name].histograms.items():
             buckets, sum_us = totals.get(histogram, ([0] * len(counts.buckets), 0))
             totals[histogram] = (
                 [a + b for a, b in zip(buckets, counts.buckets, strict=True)],
@@ -195,18 +169,10 @@ def expected_seconds(expected: dict[int, str | None]) -> dict[int, int]:
     return {i: epoch(t) for i, t in expected.items() if t is not None}
 
 
-@contextlib.contextmanager
-def without_jar() -> Iterator[None]:
-    """Policies applied in this block as if the session had not loaded wmobs' JAR: the batch's
-    times from the Python data source, one Spark aggregate per observed column, substreams
-    judged and dead letters handed over in Python."""
-    with (
-        mock.patch.object(_jvm, "batch_time_functions", lambda *_: None),
-        mock.patch.object(_jvm, "observation_function", lambda *_: None),
-        mock.patch.object(_jvm, "dead_letter_function", lambda *_: None),
-        mock.patch.object(_jvm, "substream_stage", lambda *_: None),
-    ):
-        yield
+def on(engine: str, policy: TimePolicy) -> TimePolicy:
+    """``policy`` on ``engine`` (``jvm``; ``jvm without codegen``, the JVM engine's functions
+    evaluated without generated code; ``python``)."""
+    return replace(policy, engine=engine.split(maxsplit=1)[0].rstrip(","))
 
 
 @contextlib.contextmanager
@@ -229,9 +195,8 @@ def without_codegen(spark: Any) -> Iterator[None]:
 
 @pytest.mark.parametrize("read", ["jvm", "jvm without codegen", "python"])
 def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, read: str) -> None:
-    """Both ways of reading the batch's times and counting what the policy observes: wmobs' JAR
-    (loaded by the test session; its functions in generated code, and evaluated without) and
-    what a session without it falls back to."""
+    """Both engines: wmobs' Spark extension (its functions in generated code, and evaluated
+    without) and the Python engine."""
     for row in worked_rows():
         write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
     policy = TimePolicy(
@@ -240,9 +205,9 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
         early_arrival="5 minutes",
         late_arrival="5 minutes",
         out_of_order="2 minutes",
+        engine=read.split(maxsplit=1)[0],
     )
-    context = {"python": without_jar(), "jvm without codegen": without_codegen(spark)}
-    with context.get(read, contextlib.nullcontext()):
+    with without_codegen(spark) if "codegen" in read else contextlib.nullcontext():
         kept, counts, progress = run_policy(
             spark, policy, tmp_path / "in", tmp_path, f"worked_global_{read.replace(' ', '_')}"
         )
@@ -264,8 +229,8 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
 
 @pytest.mark.parametrize("judge", ["jvm", "python"])
 def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judge: str) -> None:
-    """Judged per key by wmobs' JAR (a Catalyst generator: ``Generate``) and by the Python
-    stage (``mapInArrow``)."""
+    """Judged per key by wmobs' extension (a Catalyst generator: ``Generate``) and by the
+    Python engine (``mapInArrow``)."""
     rows = worked_rows()
     scrambled = rows[5:] + rows[:5]  # file order is not arrival order
     write_rows(tmp_path / "in", "all", scrambled)
@@ -275,16 +240,17 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judg
         late_arrival="5 minutes",
         out_of_order="2 minutes",
         substream_by=["deviceId"],
+        name=f"worked_{judge}",
+        engine=judge,
     )
-    with without_jar() if judge == "python" else contextlib.nullcontext():
-        stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
-        plan = policy.apply(stream, checkpoint_location=str(tmp_path / "plan"))
-        analyzed = plan._jdf.queryExecution().analyzed().toString()
-        assert ("MapInArrow" in analyzed) == (judge == "python")
-        assert ("Generate wmobs_substreams_" in analyzed) == (judge == "jvm")
-        kept, counts, progress = run_policy(
-            spark, policy, tmp_path / "in", tmp_path, f"worked_substreams_{judge}"
-        )
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    plan = policy.apply(stream, checkpoint_location=str(tmp_path / "plan"))
+    analyzed = plan._jdf.queryExecution().analyzed().toString()
+    assert ("MapInArrow" in analyzed) == (judge == "python")
+    assert ("Generate wmobs_substreams(" in analyzed) == (judge == "jvm")
+    kept, counts, progress = run_policy(
+        spark, policy, tmp_path / "in", tmp_path, f"worked_substreams_{judge}"
+    )
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, policy) == worked_histograms(per_key=True)
@@ -302,7 +268,7 @@ def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_
         for i in range(first, first + count):
             write_rows(tmp_path / "in", f"{i:03d}", [{"id": i, "EventTime": iso(time.time())}])
 
-    policy = TimePolicy(arrival_time=None, out_of_order="1 minute")
+    policy = TimePolicy(arrival_time=None, out_of_order="1 minute", engine="jvm")
     checkpoint = str(tmp_path / "ckpt")
     write(0, 2)
     stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").option("maxFilesPerTrigger", 1)
@@ -325,9 +291,9 @@ def test_the_global_policy_compiles_its_code_once_not_per_batch(spark: Any, tmp_
         assert later >= 6  # one file per micro-batch
         assert compilations(spark) - compiled < later
         assert spark.sql("SELECT count(*) FROM compiled_once").first()[0] == 8
-        # With wmobs' JAR the batch's times are read in the tasks: no job, broadcast or join.
+        # On the JVM engine the batch's times are read in the tasks: no job, broadcast or join.
         plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
-        assert "wmobs_batch_watermark_" in plan and "wmobs_observation_" in plan
+        assert "wmobs_batch_watermark()" in plan and "wmobs_policy_observation(" in plan
         assert "BroadcastNestedLoopJoin" not in plan and "BatchScan" not in plan
     finally:
         query.stop()
@@ -341,7 +307,7 @@ def test_another_querys_checkpoint_fails_the_query(spark: Any, tmp_path: Path, r
     stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").json(str(tmp_path / "in"))
 
     def run(checkpoint: Path, policy_checkpoint: Path) -> Any:
-        out = TimePolicy(arrival_time=None).apply(
+        out = TimePolicy(arrival_time=None, engine=read).apply(
             stream, checkpoint_location=str(policy_checkpoint)
         )
         query = (
@@ -354,10 +320,9 @@ def test_another_querys_checkpoint_fails_the_query(spark: Any, tmp_path: Path, r
             query.awaitTermination()
         return query
 
-    with without_jar() if read == "python" else contextlib.nullcontext():
-        first = run(tmp_path / "first", tmp_path / "first")
-        assert first.exception() is None
-        second = run(tmp_path / "second", tmp_path / "first")
+    first = run(tmp_path / "first", tmp_path / "first")
+    assert first.exception() is None
+    second = run(tmp_path / "second", tmp_path / "first")
     error = str(second.exception())
     assert f"is the checkpoint of query {first.id}, not of {second.id}" in error, error
 
@@ -370,12 +335,9 @@ def test_substream_state_survives_a_restart(
 ) -> None:
     """Each key's watermark is kept in the checkpoint: after a restart an event behind its
     key's maximum from before the restart is still out of order; another key's is not. The
-    JAR's judge and the Python stage read each other's state files: the query restarts on the
-    other one. The JAR's judge goes on from the per-bucket files of earlier versions, and
-    deletes them once it has written newer ones."""
-
-    def judged_by(judge: str) -> contextlib.AbstractContextManager[None]:
-        return without_jar() if judge == "python" else contextlib.nullcontext()
+    two engines read each other's state files: the query restarts on the other one. The JVM
+    engine goes on from the per-bucket files of earlier versions, and deletes them once it has
+    written newer ones."""
 
     def row(i: int, event: str, arrival: str, device: str) -> dict[str, Any]:
         return {"id": i, "EventTime": ts(event), "ArrivalTime": ts(arrival), "deviceId": device}
@@ -383,10 +345,9 @@ def test_substream_state_survives_a_restart(
     policy = TimePolicy(late_arrival="1 hour", substream_by=["deviceId"], name="restart")
     write_rows(tmp_path / "in", "1", [row(1, "12:10", "12:10", "A"), row(2, "12:00", "12:10", "B")])
     out = tmp_path / "out"
-    with judged_by(judges[0]):
-        before, counts_before, _ = run_policy(
-            spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
-        )
+    before, counts_before, _ = run_policy(
+        spark, on(judges[0], policy), tmp_path / "in", tmp_path, "re", parquet=out
+    )
     state = tmp_path / "ckpt-re" / "wmobs" / "substreams" / "restart"
     assert state.is_dir()  # next to Spark's own state, in the query's checkpoint
     # A temporary file that a dead task left an hour ago goes; a live task's stays.
@@ -402,10 +363,9 @@ def test_substream_state_survives_a_restart(
         write_rows(
             tmp_path / "in", "3", [row(5, "12:04", "12:12", "A"), row(6, "12:12", "12:12", "B")]
         )
-    with judged_by(judges[1]):
-        after, counts_after, _ = run_policy(
-            spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
-        )
+    after, counts_after, _ = run_policy(
+        spark, on(judges[1], policy), tmp_path / "in", tmp_path, "re", parquet=out
+    )
     assert before == {1: epoch("12:10"), 2: epoch("12:00")}
     # 3 is behind A's 12:10 from before the restart: adjusted up to it.
     more = {5: epoch("12:10"), 6: epoch("12:12")} if legacy else {}
@@ -517,7 +477,7 @@ class _RecordingSink:
     def __call__(self, table: Any, batch_id: int, partition_id: int) -> None:
         os.makedirs(self.directory, exist_ok=True)
         for row in table.to_pylist():
-            assert row["wmobs_policy"] == "invalid_time" and row["wmobs_batch_id"] == batch_id
+            assert row["wmobs_rule"] == "invalid_time" and row["wmobs_batch_id"] == batch_id
             Path(self.directory, f"dead-{row['id']}").write_text(row["wmobs_policy"])
 
 
@@ -543,9 +503,10 @@ def _run_with_function_sink(
         query.awaitTermination()
         wait_until(lambda: (s := monitor.snapshot(name)) is not None and not s.active)
         snap = monitor.snapshot(name)
-        assert snap is not None and snap.dead_letter_rows == 1
+        policy_snap = None if snap is None else snap.policy(policy.state_name)
+        assert policy_snap is not None and policy_snap.dead_letter_rows == 1
         kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
-    return kept, dict(snap.policy_events), query.recentProgress
+    return kept, dict(policy_snap.events), query.recentProgress
 
 
 def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
@@ -573,9 +534,9 @@ def test_dotted_column_names_with_substreams_and_dead_letters(
     spark: Any, tmp_path: Path, dead_letters: str
 ) -> None:
     """Columns with a '.' in their name keep it in the output and in the dead letters, through
-    the substream stage and the three dead-letter plans (written by wmobs' JAR; handed to
-    Python as text; an array column has no flat form: every row then crosses into Python with
-    ``mapInArrow``)."""
+    the substream stage and the three dead-letter plans (written by the JVM engine; handed to
+    Python as text on the Python engine; an array column has no flat form: every row then
+    crosses into Python with ``mapInArrow``)."""
     import pyarrow.dataset as ds
 
     rows = [
@@ -589,16 +550,14 @@ def test_dotted_column_names_with_substreams_and_dead_letters(
     stream = stream.withColumnsRenamed({"dev": "device.id", "id": "event.id"})
     if dead_letters != "mapInArrow":
         stream = stream.drop("tags")
-    policy = TimePolicy(substream_by=["device.id"], name=f"dotted_{dead_letters[:4]}")
+    engine = "python" if dead_letters == "text forms" else "jvm"
+    policy = TimePolicy(
+        substream_by=["device.id"], name=f"dotted_{dead_letters[:4]}", engine=engine
+    )
     checkpoint = str(tmp_path / "ckpt")
-    with contextlib.ExitStack() as plan:
-        if dead_letters == "text forms":
-            plan.enter_context(mock.patch.object(_jvm, "dead_letter_function", lambda *_: None))
-        out = policy.apply(
-            stream, checkpoint_location=checkpoint, dead_letter=str(tmp_path / "dead")
-        )
+    out = policy.apply(stream, checkpoint_location=checkpoint, dead_letter=str(tmp_path / "dead"))
     applied = out._jdf.queryExecution().analyzed().toString()
-    assert ("wmobs_dead_letters_" in applied) == (dead_letters == "jvm")
+    assert ("wmobs_dead_letters(" in applied) == (dead_letters == "jvm")
     assert out.columns == [*stream.columns, "system_timestamp"]
     name = f"dotted_{dead_letters.replace(' ', '_')}"
     query = (
@@ -626,8 +585,16 @@ def test_an_unnamed_substream_policy_warns_where_its_state_goes(spark: Any, tmp_
         TimePolicy(substream_by=["deviceId"], name="devices").apply(stream)
         policy = TimePolicy(substream_by=["deviceId"])
         policy.apply(stream)
-    assert [entry["event"] for entry in logs] == ["wmobs.substream_policy_unnamed"]
-    assert logs[0]["state"].startswith("wmobs/substreams/EventTime_")
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert [entry["event"] for entry in warnings] == ["wmobs.substream_policy_unnamed"]
+    assert warnings[0]["state"].startswith("wmobs/substreams/EventTime_")
+    # The engine of each policy, once per apply, at info, with its reason.
+    engines = [entry for entry in logs if entry["event"] == "wmobs.engine"]
+    assert [(e["policy"], e["engine"], e["log_level"]) for e in engines] == [
+        ("devices", "jvm", "info"),
+        (policy.state_name, "jvm", "info"),
+    ]
+    assert "extension" in engines[0]["reason"]
 
 
 @pytest.mark.parametrize("read", ["jvm", "python"])
@@ -639,8 +606,8 @@ def test_distributions_on_a_random_multi_batch_stream(
     each batch's file in no particular order: both distributions equal an event-at-a-time
     computation, globally (lateness behind the largest system timestamp of the earlier
     batches) and per key (behind the key's, in arrival order); counted by wmobs' JAR and by
-    Spark's aggregates without it. (With 400 rows a key has more rows in a batch than the
-    JAR's judge sorts by insertion.)"""
+    Spark's aggregates on the Python engine. (With 400 rows a key has more rows in a batch
+    than the JVM judge sorts by insertion.)"""
     rnd = random.Random(11 + per_key + size)
     late_tolerance = 120  # seconds: late rows are adjusted to arrival - 2 min
     start = epoch("12:00")
@@ -667,11 +634,9 @@ def test_distributions_on_a_random_multi_batch_stream(
         out_of_order="1 minute",
         substream_by=["deviceId"] if per_key else None,
         name=f"random_{'per_key' if per_key else 'global'}_{size}_{read}",
+        engine=read,
     )
-    with without_jar() if read == "python" else contextlib.nullcontext():
-        _, counts, progress = run_policy(
-            spark, policy, tmp_path / "in", tmp_path, policy.state_name
-        )
+    _, counts, progress = run_policy(spark, policy, tmp_path / "in", tmp_path, policy.state_name)
 
     delays, lateness = [], []
     largest: dict[str, int] = {}  # per stream: largest system timestamp so far (µs)
@@ -705,7 +670,8 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
 
     from pyspark.sql import functions as F
 
-    from wmobs.observations import bounds_us, joint_histogram_index
+    from wmobs.observations import bounds_us
+    from wmobs.policy._observe import joint_histogram_index
 
     names = ("arrival_delay", "lateness")
     bounds = [bounds_us(h) for h in names]
@@ -731,7 +697,7 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
                     expected[h][bisect_left(b, value)] += 1
     df = spark.createDataFrame(rows, "delay LONG, lateness LONG").repartition(40)
     values, valid = [F.col("delay"), F.col("lateness")], F.lit(True)
-    if counted_by == "jvm":  # the JAR's aggregate of a policy's observations, alone
+    if counted_by == "jvm":  # the JVM engine's aggregate of a policy's observations, alone
         spec = {
             "counts": [],
             "dropped_bits": 0,
@@ -744,11 +710,9 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
                 "bounds": bounds,
             },
         }
-        function = _jvm.observation_function(spark, spec)
-        assert function is not None
         nothing = F.lit(None).cast("long")
         arguments = [F.lit(0).cast("long"), nothing, nothing, F.lit(-1).cast("long"), *values]
-        counts = [F.call_function(function, *arguments).alias("columns")]
+        counts = [_jvm.observation(spec, *arguments).alias("columns")]
     else:
         indexes = [histogram_index(h, v, valid) for h, v in zip(names, values, strict=True)]
         df = df.withColumn("index", joint_histogram_index(names, indexes))
@@ -756,8 +720,8 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
     row = observation_columns(df.select(*counts).first().asDict(recursive=True))
     points = row["hist:arrival_delay*lateness:buckets"]
     assert len({p["x"] for p in points}) > 300  # most of the 494 joint buckets
-    parsed = parse_observed_metrics({"wmobs.policy.p": row}).histograms
-    assert {h: parsed[("p", h)].buckets for h in names} == expected
+    parsed = parse_observed_metrics({"wmobs.policy.p": row}).policies["p"].histograms
+    assert {h: parsed[h].buckets for h in names} == expected
 
 
 def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:
@@ -767,7 +731,7 @@ def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:
 
     from pyspark.sql import functions as F
 
-    from wmobs.observations import _bucket_index
+    from wmobs.policy._observe import _bucket_index
 
     edges = {0, 1, -1, 2**63 - 1, -(2**63), -(2**63) + 1}
     for k in range(63):
@@ -784,3 +748,17 @@ def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:
         ).collect()
         wrong = [(r.x, r.bucket) for r in rows if r.bucket != bisect_left(micros, r.x)]
         assert not wrong, (name, wrong[:5])
+
+
+def test_the_bucket_index_gives_the_reference_buckets(spark: Any) -> None:
+    """The Python engine's bucket index against ``tests/reference/histogram_buckets.json``, the
+    cases the JVM engine's aggregate answers to in JUnit."""
+    from pyspark.sql import functions as F
+
+    cases = json.loads(
+        (Path(__file__).resolve().parents[1] / "reference" / "histogram_buckets.json").read_text()
+    )
+    for name, case in cases.items():
+        df = spark.createDataFrame([(v,) for v, _ in case["values"]], "x LONG")
+        got = df.select(histogram_index(name, F.col("x"), F.lit(True)).alias("b")).collect()
+        assert [r.b for r in got] == [bucket for _, bucket in case["values"]], name

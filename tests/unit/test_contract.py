@@ -1,32 +1,27 @@
-"""One metric contract: the code, DESIGN.md §3 and the README's table agree."""
+"""One metric contract: the code and its reference page (docs/reference/metrics.md) agree."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from wmobs.metrics import CONTRACT
 
 from .contract import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
-DESIGN = ROOT.parent / "shared" / "DESIGN.md"
+REFERENCE = ROOT / "docs" / "reference" / "metrics.md"
 
 
-def test_readme_table_is_the_contract() -> None:
-    assert markdown_table((ROOT / "README.md").read_text()) == CONTRACT
+def test_the_reference_page_is_the_contract() -> None:
+    assert markdown_table(REFERENCE.read_text()) == CONTRACT
 
 
-def test_design_table_is_the_contract() -> None:
-    """DESIGN.md's contract table, plus each of its planned rows that the code declares (a
-    planned row is a contract row from then on: name, type and labels must agree)."""
-    if not DESIGN.exists():
-        pytest.skip("../shared/DESIGN.md is not beside this checkout")
-    text = DESIGN.read_text()
-    planned = markdown_table(text, planned=True)
-    declared = {name: row for name, row in planned.items() if name in CONTRACT}
-    assert markdown_table(text) | declared == CONTRACT
+def test_no_other_page_has_a_contract_table_of_its_own() -> None:
+    """The README and the other pages link to the reference; a second table would drift."""
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    for page in pages:
+        if page != REFERENCE:
+            assert not markdown_table(page.read_text()), page
 
 
 def test_module_docstring_lists_every_metric() -> None:

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from wmobs.listener import parse_timestamp
+from wmobs.listener._observed import parse_observed_metrics
 from wmobs.metrics import BATCH_DURATION_BUCKETS, CONTRACT
-from wmobs.observations import ACTIONS, POLICIES, parse_observed_metrics, policy_column
+from wmobs.observations import ACTIONS, RULES, policy_column, rule_column
 from wmobs.testing import MetricsRecorder, iso, progress_json, state_operator
 
 NOW = 1_800_000_000.0
@@ -186,28 +187,74 @@ def test_batch_duration_histogram_uses_second_buckets() -> None:
 def test_observed_metrics_follow_the_naming_convention(rec: MetricsRecorder) -> None:
     observed = {
         "wmobs.policy.p1": {
-            policy_column("late_arrival", "adjusted"): 4,
-            policy_column("early_arrival", "dropped"): 1,
+            rule_column("late_arrival", "adjusted"): 4,
+            rule_column("early_arrival", "dropped"): 1,
             "dead_letter_rows": 1,
+            "engine": "jvm",
             "weird": 9,
         },
-        "wmobs": {"idle_timeout_firings": 2, policy_column("late_arrival", "adjusted"): None},
-        "someone_else": {policy_column("late_arrival", "adjusted"): 100},
+        "wmobs": {"idle_timeout_firings": 2, rule_column("late_arrival", "adjusted"): None},
+        "someone_else": {rule_column("late_arrival", "adjusted"): 100},
     }
     summary = rec.tracker.on_progress(progress_json(batch_id=0, observed=observed))
     assert summary.unknown_columns == ("wmobs.policy.p1.weird",)
     rec.tracker.on_progress(progress_json(batch_id=1, observed=observed))
-    late = {"query": "q", "policy": "late_arrival", "action": "adjusted"}
+    late = {"query": "q", "policy": "p1", "rule": "late_arrival", "action": "adjusted"}
     assert rec.value("wmobs_policy_events_total", **late) == 8
-    early = {"query": "q", "policy": "early_arrival", "action": "dropped"}
+    early = {"query": "q", "policy": "p1", "rule": "early_arrival", "action": "dropped"}
     assert rec.value("wmobs_policy_events_total", **early) == 2
-    # every known label set exists, at 0
-    for policy in POLICIES:
-        for action in ACTIONS:
-            labels = {"query": "q", "policy": policy, "action": action}
-            assert rec.value("wmobs_policy_events_total", **labels) is not None
-    assert rec.value("wmobs_dead_letter_rows_total", query="q") == 2
-    assert rec.value("wmobs_idle_timeout_firings_total", query="q") == 4
+    # every known label set of each policy exists, at 0
+    for policy in ("p1", "wmobs"):
+        for rule in RULES:
+            for action in ACTIONS:
+                labels = {"query": "q", "policy": policy, "rule": rule, "action": action}
+                assert rec.value("wmobs_policy_events_total", **labels) is not None
+    assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="p1") == 2
+    assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="wmobs") is None
+    assert rec.value("wmobs_idle_timeout_firings_total", query="q", policy="wmobs") == 4
+    assert rec.value("wmobs_policy_info", query="q", policy="p1", engine="jvm") == 1
+    assert rec.value("wmobs_policy_info", query="q", policy="wmobs", engine="jvm") is None
+
+
+def test_two_policies_of_one_query_are_counted_apart(rec: MetricsRecorder) -> None:
+    """A union of two policed inputs: which one dropped what, and each one's dead letters
+    and engine (the verdict kind is ``rule``, the policy's name ``policy``)."""
+    observed = {
+        "wmobs.policy.clicks": {
+            rule_column("early_arrival", "dropped"): 3,
+            "dead_letter_rows": 3,
+            "engine": "jvm",
+        },
+        "wmobs.policy.views": {
+            rule_column("late_arrival", "dropped"): 5,
+            "dead_letter_rows": 5,
+            "engine": "python",
+        },
+    }
+    rec.tracker.on_progress(progress_json(observed=observed))
+    events = "wmobs_policy_events_total"
+    clicks = {"query": "q", "policy": "clicks"}
+    views = {"query": "q", "policy": "views"}
+    assert rec.value(events, **clicks, rule="early_arrival", action="dropped") == 3
+    assert rec.value(events, **clicks, rule="late_arrival", action="dropped") == 0
+    assert rec.value(events, **views, rule="late_arrival", action="dropped") == 5
+    assert rec.value(events, **views, rule="early_arrival", action="dropped") == 0
+    assert rec.value("wmobs_dead_letter_rows_total", **clicks) == 3
+    assert rec.value("wmobs_dead_letter_rows_total", **views) == 5
+    assert rec.value("wmobs_policy_info", **clicks, engine="jvm") == 1
+    assert rec.value("wmobs_policy_info", **views, engine="python") == 1
+    rec.tracker.on_terminated(rec.tracker.snapshot("q").query_id, None)  # type: ignore[union-attr]
+    assert rec.value("wmobs_policy_info", **clicks, engine="jvm") is None  # not running
+    assert rec.value("wmobs_dead_letter_rows_total", **clicks) == 3  # counters stay
+
+
+def test_columns_named_before_the_rule_label_are_read() -> None:
+    """``policy:<rule>:<action>``, as wmobs 0.1 named the columns (and policy_column)."""
+    counts = parse_observed_metrics({"wmobs.policy.p": {"policy:out_of_order:adjusted": 2}})
+    assert counts.policies["p"].events == {("out_of_order", "adjusted"): 2}
+    assert policy_column("out_of_order", "adjusted") == "rule:out_of_order:adjusted"
+    unknown = parse_observed_metrics({"wmobs.policy.p": {"engine": "gpu"}})
+    assert unknown.unknown_columns == ["wmobs.policy.p.engine"]
 
 
 def test_queries_without_observations_export_no_policy_series(rec: MetricsRecorder) -> None:
@@ -216,9 +263,9 @@ def test_queries_without_observations_export_no_policy_series(rec: MetricsRecord
     assert rec.value("wmobs_dead_letter_rows_total", query="q") is None
 
 
-def test_policy_column_rejects_unknown_labels() -> None:
-    with pytest.raises(ValueError, match="policy must be one of"):
-        policy_column("too_late", "dropped")
+def test_rule_column_rejects_unknown_labels() -> None:
+    with pytest.raises(ValueError, match="rule must be one of"):
+        rule_column("too_late", "dropped")
     assert parse_observed_metrics(None).empty
 
 
@@ -230,6 +277,7 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
         "wmobs": {
             "dead_letter_rows": 0,
             "idle_timeout_firings": 0,
+            "engine": "python",
             "input_watermark_us": int((NOW - 5) * 1e6),
             "input_event_time_us": int(NOW * 1e6),
             "hist:arrival_delay:buckets": [{"x": 3, "y": 1.0}],
@@ -258,7 +306,7 @@ def test_each_input_has_its_own_watermark_delay_and_lag(rec: MetricsRecorder, cl
         for name, times in (("wmobs.policy.clicks", a), ("wmobs.policy.views", b)):
             watermark, event = (None, None) if times is None else times
             observed[name] = {
-                policy_column("late_arrival", "adjusted"): 0,
+                rule_column("late_arrival", "adjusted"): 0,
                 "input_watermark_us": None if watermark is None else int(watermark * 1e6),
                 "input_event_time_us": None if event is None else int(event * 1e6),
             }
@@ -279,12 +327,13 @@ def test_each_input_has_its_own_watermark_delay_and_lag(rec: MetricsRecorder, cl
     assert rec.value(delay, query="q", policy="clicks") is None
 
 
-def test_input_labels_come_from_the_observation_name() -> None:
-    from wmobs.observations import input_label
+def test_policy_labels_come_from_the_observation_name() -> None:
+    from wmobs.observations import input_label, policy_label
 
+    assert policy_label("wmobs.policy.sensors") == "sensors"
+    assert policy_label("wmobs.e2e") == "e2e"
+    assert policy_label("wmobs") == "wmobs"
     assert input_label("wmobs.policy.sensors") == "sensors"
-    assert input_label("wmobs.e2e") == "e2e"
-    assert input_label("wmobs") == "wmobs"
 
 
 def test_closed_tracker_exports_nothing(rec: MetricsRecorder) -> None:
@@ -338,9 +387,9 @@ def test_a_joint_histogram_column_counts_like_one_column_per_histogram() -> None
     two = parse_observed_metrics(
         {"wmobs.policy.p": {f"hist:{h}:buckets": points(c) for h, c in separate.items()}}
     )
-    assert one.histograms == two.histograms
-    assert one.histograms[("p", "lateness")].count == 6
-    assert one.histograms[("p", "arrival_delay")].buckets[3] == 2
+    assert one.policies["p"].histograms == two.policies["p"].histograms
+    assert one.policies["p"].histograms["lateness"].count == 6
+    assert one.policies["p"].histograms["arrival_delay"].buckets[3] == 2
     assert not one.unknown_columns
     unknown = parse_observed_metrics({"wmobs": {"hist:arrival_delay*nope:buckets": []}})
     assert unknown.unknown_columns == ["wmobs.hist:arrival_delay*nope:buckets"]
@@ -364,7 +413,7 @@ def test_a_bucket_index_a_rounding_error_off_is_read_rounded() -> None:
         }
     )
     assert int(below) == 2  # what truncation would have counted
-    assert counts.histograms[("p", "lateness")].buckets[2:5] == [0, 6, 2]
+    assert counts.policies["p"].histograms["lateness"].buckets[2:5] == [0, 6, 2]
 
 
 def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
@@ -374,8 +423,9 @@ def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
     from pyspark.sql import Row
 
     flat = {
-        "policy:late_arrival:adjusted": 3,
+        "rule:late_arrival:adjusted": 3,
         "dead_letter_rows": 1,
+        "engine": "jvm",
         "input_watermark_us": 5_000_000,
         "input_event_time_us": None,
         "hist:arrival_delay*lateness:buckets": [{"x": 21.0, "y": 2.0}],
@@ -383,7 +433,7 @@ def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
         "hist:lateness:sum_us": None,
     }
     expected = parse_observed_metrics({"wmobs.policy.p": flat})
-    assert expected.policy_events[("late_arrival", "adjusted")] == 3
+    assert expected.policies["p"].events[("late_arrival", "adjusted")] == 3
     as_json = parse_observed_metrics({"wmobs.policy.p": {"columns": flat}})
     as_row = parse_observed_metrics({"wmobs.policy.p": Row(columns=Row(**flat))})
     as_text = parse_observed_metrics({"wmobs.policy.p": Row(columns=json.dumps(flat))})

@@ -4,7 +4,6 @@ no Spark session)."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -74,26 +73,53 @@ def test_dead_letters_the_jar_does_not_write(sink: DeadLetter, extra: str | None
     if extra is not None:
         fields.append(T.StructField("x", other[extra]))
     struct = T.StructType(fields)
-    assert (
-        dead_letter_writer(sink, struct, "v", 1, [], spark=None, timezone="UTC", large_types=False)
-        is None
-    )
+    assert dead_letter_writer(sink, struct, "v", 1, [], timezone="UTC", large_types=False) is None
 
 
-def test_the_jar_is_built_from_its_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``wmobs.jar()`` compiles the JVM functions with the JDK here, into a fresh place."""
+def test_the_jar_of_each_spark_line_is_in_the_package() -> None:
+    """``wmobs.jar()`` returns the built JAR of the Spark line asked for (no compiler at run
+    time); another line is an error that names the supported ones."""
     import zipfile
 
     import wmobs
-    from wmobs.policy import _jvm
+    from wmobs.policy._jvm import LINES
 
-    monkeypatch.setattr(_jvm, "_target", lambda: tmp_path / "built" / _jvm.JAR_NAME)
-    built = wmobs.jar()
-    assert built == tmp_path / "built" / _jvm.JAR_NAME
-    with zipfile.ZipFile(built) as archive:
-        assert "io/wmobs/spark/BatchTimes.class" in archive.namelist()
-    assert wmobs.jar().stat().st_mtime == built.stat().st_mtime  # up to date: not rebuilt
-    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
-    built.unlink()
-    with pytest.raises(wmobs.JarBuildError, match="needs a JDK"):
-        wmobs.jar()
+    for line, scala in LINES.items():
+        path = wmobs.jar(f"{line}.9")
+        assert path.name == f"wmobs-spark-{line}_{scala}.jar"
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            manifest = archive.read("META-INF/MANIFEST.MF").decode()
+        assert "io/wmobs/spark/WmobsExtensions.class" in names
+        assert not any(name.endswith(".java") for name in names)
+        assert f"Wmobs-Spark-Line: {line}" in manifest
+        assert f"Implementation-Version: {wmobs.__version__}" in manifest
+    with pytest.raises(wmobs.JarError, match=r"no JAR for Spark 3\.4\.1 .*4\.0, 4\.1"):
+        wmobs.jar("3.4.1")
+    assert wmobs.JarBuildError is wmobs.JarError  # its name while it was compiled at run time
+
+
+def test_the_session_builder_helper_adds_to_what_is_there() -> None:
+    """``wmobs.configure_spark`` keeps the builder's own jars and extensions."""
+    import wmobs
+    from wmobs.policy import EXTENSIONS
+
+    class Builder:
+        def __init__(self) -> None:
+            self._options: dict[str, str] = {"spark.jars": "/a.jar"}
+
+        def config(self, key: str, value: str) -> Builder:
+            self._options[key] = value
+            return self
+
+    builder = wmobs.configure_spark(Builder(), "4.1.4")
+    assert builder._options["spark.jars"] == f"/a.jar,{wmobs.jar('4.1.4')}"
+    assert builder._options["spark.sql.extensions"] == EXTENSIONS
+    again = wmobs.configure_spark(builder, "4.1.4")._options
+    assert again["spark.jars"].count(".jar") == 2
+    assert wmobs.policy.submit_args("4.1.0") == [
+        "--jars",
+        str(wmobs.jar("4.1.0")),
+        "--conf",
+        f"spark.sql.extensions={EXTENSIONS}",
+    ]

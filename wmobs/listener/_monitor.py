@@ -9,9 +9,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import structlog
 from opentelemetry.metrics import MeterProvider
 
+from wmobs._log import get_logger
 from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker
 from wmobs.listener.metrics import Instruments
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Monitor", "attach"]
 
-_log = structlog.get_logger("wmobs")
+_log = get_logger()
 
 
 def _otlp_reader(endpoint: str | bool) -> Any:
@@ -165,8 +165,9 @@ def attach(
     - ``otlp_endpoint``: also push over OTLP/HTTP (needs ``wmobs[otlp]``): a URL such as
       ``http://127.0.0.1:4318``, or ``True`` to take everything from the standard
       ``OTEL_EXPORTER_OTLP_*`` variables (which also set headers, timeout and compression).
-    - ``logger``: a structlog logger to log with (default ``structlog.get_logger("wmobs")``;
-      wmobs never configures structlog).
+    - ``logger``: a structlog-style logger to log with (default: wmobs' own, which goes to
+      structlog if the application configured it, else to the standard library's ``wmobs``
+      logger; wmobs never configures logging).
     - ``on_progress``: called with ``(snapshot, batch_summary)`` after each progress event,
       on Spark's listener thread; keep it quick. Its exceptions are logged and swallowed.
 

@@ -3,7 +3,7 @@
 Threading and blocking contract: Spark calls these methods on its listener-bus thread (classic:
 a Py4J callback thread; Spark Connect: the client's event thread, while it holds the bus lock).
 Every callback does O(operators) work in pure Python, no network I/O, no blocking, and never
-raises: an internal error is logged with structlog and swallowed, so a bug in wmobs can never
+raises: an internal error is logged and swallowed, so a bug in wmobs can never
 stop or slow down a query beyond one dropped event.
 """
 
@@ -14,7 +14,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
     QueryIdleEvent,
@@ -24,6 +23,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from wmobs._log import get_logger
 from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker, format_timestamp
 from wmobs.listener.metrics import Instruments
 
@@ -77,7 +77,7 @@ class WmobsListener(StreamingQueryListener):
     ) -> None:
         self._tracker = tracker
         self._instruments = instruments
-        self._log = logger if logger is not None else structlog.get_logger("wmobs")
+        self._log = logger if logger is not None else get_logger()
         self._on_progress = on_progress
         self._warned_columns: set[str] = set()
         self.errors = 0

@@ -78,9 +78,7 @@ def _arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFr
     if ctx.early_arrival_action is not None and tolerances.early_arrival_us is not None:
         early = ts.isNotNull() & (ts > arrival + F.lit(tolerances.early_arrival_us))
         drop = ctx.early_arrival_action == "drop"
-        verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(
-            verdict
-        )
+        verdict = F.when(early, F.lit(EARLY_DROPPED if drop else EARLY_ADJUSTED)).otherwise(verdict)
         if not drop:
             system = F.when(early, arrival).otherwise(system)
     late_floor = arrival - F.lit(tolerances.late_arrival_us)

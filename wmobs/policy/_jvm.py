@@ -79,9 +79,10 @@ def jar(spark_version: str | None = None) -> Path:
     lines when there is none for this one."""
     if spark_version is None:
         try:
-            from pyspark import __version__ as spark_version
+            from pyspark import __version__ as installed
         except ImportError as exc:
             raise JarError("wmobs.jar(): PySpark is not installed; pass spark_version") from exc
+        spark_version = str(installed)
     line = spark_line(spark_version)
     scala = LINES.get(line)
     if scala is None:

@@ -55,7 +55,9 @@ __all__ = [
 _HISTOGRAMS = ("arrival_delay", "lateness")
 
 
-def observations(ctx: Context, staged: DataFrame, dead_letters: bool) -> tuple[DataFrame, list[Any]]:
+def observations(
+    ctx: Context, staged: DataFrame, dead_letters: bool
+) -> tuple[DataFrame, list[Any]]:
     """What ``observe`` counts, and ``staged`` with the columns it reads."""
     from pyspark.sql import functions as F
 
@@ -121,7 +123,9 @@ def _counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> list[Column]
     return counts
 
 
-def _jvm_observation(ctx: Context, staged: DataFrame, dead_letters: bool) -> tuple[DataFrame, Column]:
+def _jvm_observation(
+    ctx: Context, staged: DataFrame, dead_letters: bool
+) -> tuple[DataFrame, Column]:
     """The columns of :func:`_counts` and :func:`_distributions` as members of one JSON object
     (:data:`~wmobs.observations.STRUCT_COLUMN`), counted by one aggregate of wmobs' extension,
     and ``staged`` with what it reads.

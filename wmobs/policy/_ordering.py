@@ -82,9 +82,9 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     from wmobs.policy._substream_state import BUCKETS, state_directory
 
     if not ctx.named:
-        import structlog
+        from wmobs._log import get_logger
 
-        structlog.get_logger("wmobs").warning(
+        get_logger().warning(
             "wmobs.substream_policy_unnamed",
             state=state_directory(ctx.name),
             hint="pass TimePolicy(name=...) so that the per-key state is found again "
@@ -108,7 +108,7 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
         positions = {"key": KEY, "ts": TS, "arrival": ARRIVAL, "verdict": VERDICT}
         spec |= {field: at[column] for field, column in positions.items()}
         spec |= {"idle": at[IDLE] if ctx.idle else None, "lateness": at[LATENESS]}
-        judged = _jvm.substreams(staged, spec)
+        judged: DataFrame = _jvm.substreams(staged, spec)
         return judged.select(*[F.col(f"`{c}`") for c in output])
     from wmobs.policy._substream_judge import SubstreamConfig
     from wmobs.policy._substream_stage import Columns, substream_stage

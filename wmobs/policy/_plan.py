@@ -69,9 +69,9 @@ def _dead_letters(
     """The kept rows of ``observed``; the dropped ones, with the input columns of ``schema``,
     handed to ``sink`` in the same tasks, by the cheapest plan that applies
     (:mod:`wmobs.policy.deadletter`): on the JVM engine a Parquet directory is written by the
-    JVM (:func:`~wmobs.policy.deadletter.dead_letter_writer`); a Python destination gets the
-    dropped rows, kept rows staying in the JVM (:func:`~wmobs.policy.deadletter.dead_letter_filter`);
-    else every row goes through Python (:func:`~wmobs.policy.deadletter.dead_letter_stage`)."""
+    JVM (``dead_letter_writer``); a Python destination gets the dropped rows, kept rows staying
+    in the JVM (``dead_letter_filter``); else every row goes through Python
+    (``dead_letter_stage``)."""
     from pyspark.sql import functions as F
 
     from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage, dead_letter_writer
@@ -84,18 +84,32 @@ def _dead_letters(
     keep = None
     if ctx.engine.jvm:
         keep = dead_letter_writer(
-            sink, schema, *bits, timezone=timezone, large_types=large_types, rename=original
+            sink,
+            schema,
+            *bits,
+            policy=ctx.name,
+            timezone=timezone,
+            large_types=large_types,
+            rename=original,
         )
     if keep is None:
         keep = dead_letter_filter(
-            sink, schema, *bits, timezone=timezone, large_types=large_types, rename=original
+            sink,
+            schema,
+            *bits,
+            policy=ctx.name,
+            timezone=timezone,
+            large_types=large_types,
+            rename=original,
         )
     if keep is not None:
         return observed.filter(keep)
     columns = schema.names
     passed = [*columns, TS, VERDICT, *([IDLE] if ctx.idle else [])]  # only what is needed
     observed = observed.select(*[F.col(f"`{c}`") for c in passed])
-    stage = dead_letter_stage(sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES, rename=original)
+    stage = dead_letter_stage(
+        sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES, policy=ctx.name, rename=original
+    )
     return observed.mapInArrow(stage, observed.schema)
 
 

@@ -44,9 +44,10 @@ rows that carry it (:mod:`wmobs.policy._idle`); each idle period is one firing, 
 ``idle_timeout_firings``.
 
 Substreams partition the rows by key bucket and judge each partition in one task (wmobs' JVM
-generator, or a ``mapInArrow`` function on the Python engine); the per-key state lives in the query's checkpoint next to Spark's own
-(``<checkpoint>/wmobs/substreams/<policy name>/``), versioned by micro-batch, so it survives
-restarts and retries exactly once. Any state store provider works.
+generator, or a ``mapInArrow`` function on the Python engine); the per-key state lives in the
+query's checkpoint next to Spark's own (``<checkpoint>/wmobs/substreams/<policy name>/``),
+versioned by micro-batch, so it survives restarts and retries exactly once. Any state store
+provider works.
 
 This module validates; :mod:`wmobs.policy._plan` builds the plan.
 """
@@ -249,7 +250,7 @@ class TimePolicy:
 
     def _engine(self, df: DataFrame, storage: Storage) -> Engine:
         """The engine for this ``apply``, logged once at info with its reason."""
-        import structlog
+        from wmobs._log import get_logger
 
         if storage != Storage() and self.substream_by is not None and self.engine != "python":
             # The JVM engine reaches the substreams' state through Hadoop with the session's
@@ -264,7 +265,7 @@ class TimePolicy:
             engine = Engine(chosen.name, "storage= options reach the substreams' state with fsspec")
         else:
             engine = choose(df.sparkSession, self.engine)
-        structlog.get_logger("wmobs").info(
+        get_logger().info(
             "wmobs.engine", policy=self.state_name, engine=engine.name, reason=engine.reason
         )
         return engine

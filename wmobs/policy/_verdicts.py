@@ -16,7 +16,7 @@ __all__ = [
     "VERDICT_BITS",
 ]
 
-# Verdict bits, one per (policy, action) that can happen.
+# Verdict bits, one per (rule, action) that can happen.
 INVALID_DROPPED = 1
 EARLY_ADJUSTED = 2
 EARLY_DROPPED = 4
@@ -34,9 +34,9 @@ VERDICT_BITS: dict[tuple[str, str], int] = {
     ("out_of_order", "dropped"): OOO_DROPPED,
 }
 DROP_POLICIES: list[tuple[str, int]] = [
-    (policy, bit) for (policy, action), bit in VERDICT_BITS.items() if action == "dropped"
+    (rule, bit) for (rule, action), bit in VERDICT_BITS.items() if action == "dropped"
 ]
-"""``(policy, bit)`` of every dropping verdict, in the order the policies judge."""
+"""``(rule, bit)`` of every dropping verdict, in the order the rules judge."""
 DROPPED_BITS = sum(bit for _, bit in DROP_POLICIES)
 
 # Internal columns (a user column with one of these names is refused).

@@ -1,9 +1,10 @@
 """Dead letters: every row a time policy drops, kept somewhere instead of vanishing.
 
 ``TimePolicy.apply(df, dead_letter=...)`` adds one stage to the query: every dropped row, with
-every input column plus ``wmobs_policy`` (the policy that dropped it: ``invalid_time``,
-``early_arrival``, ``late_arrival`` or ``out_of_order``) and ``wmobs_batch_id`` (the
-micro-batch), goes to the destination; kept rows continue to the query's sink. Destinations:
+every input column plus ``wmobs_rule`` (the rule that dropped it: ``invalid_time``,
+``early_arrival``, ``late_arrival`` or ``out_of_order``), ``wmobs_policy`` (the time policy's
+name, its ``policy`` label) and ``wmobs_batch_id`` (the micro-batch), goes to the destination;
+kept rows continue to the query's sink. Destinations:
 
 - a directory (a local path or any URI of :mod:`wmobs.policy._storage`: ``s3a://``,
   ``abfss://``, ``gs://``, ``dbfs:/``, ...), as Parquet (default) or JSON lines:
@@ -20,10 +21,10 @@ to the destination (a task that fails to write fails, and its counts are discard
 
 Cost, cheapest first (the README's benchmark has each):
 
-- A Parquet directory reached with the default :class:`Storage` (credentials from the
-  environment, as Spark's) where the session has loaded wmobs' JAR: nothing crosses into
-  Python. A JVM function, called only for dropped rows, writes each task's file with the
-  session's Hadoop configuration (:func:`dead_letter_writer`).
+- On the JVM engine, a Parquet directory reached with the default :class:`Storage`
+  (credentials from the environment, as Spark's): nothing crosses into Python. A JVM
+  function, called only for dropped rows, writes each task's file with the session's Hadoop
+  configuration (:func:`dead_letter_writer`).
 - Elsewhere, kept rows stay in the JVM; each dropped row crosses into Python as one JSON string
   of exact text forms of its columns, each kept row as one null (:func:`dead_letter_filter`).
 - Columns without such a form (nested, maps, intervals, ``TIMESTAMP_NTZ``), and PySpark before
@@ -46,6 +47,7 @@ from wmobs.policy._storage import Storage
 __all__ = [
     "BATCH_COLUMN",
     "POLICY_COLUMN",
+    "RULE_COLUMN",
     "DeadLetter",
     "DeadLetterFunction",
     "dead_letter_filter",
@@ -57,6 +59,9 @@ DeadLetterFunction = Callable[[Any, int, int], None]
 """``fn(table: pyarrow.Table, batch_id: int, partition_id: int) -> None``."""
 
 POLICY_COLUMN = "wmobs_policy"
+"""The dead letter's time policy: its name."""
+RULE_COLUMN = "wmobs_rule"
+"""The rule that dropped the row (one of :data:`wmobs.observations.RULES`)."""
 BATCH_COLUMN = "wmobs_batch_id"
 _FORMATS = ("parquet", "json")
 
@@ -143,8 +148,9 @@ def dead_letter_stage(
     columns: list[str],
     verdict_column: str,
     dropped_bits: int,
-    policy_bits: list[tuple[str, int]],
+    rule_bits: list[tuple[str, int]],
     *,
+    policy: str,
     rename: Mapping[str, str] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function: hands dropped rows to ``sink``, yields the kept ones (every
@@ -167,7 +173,8 @@ def dead_letter_stage(
         if dropped_parts:
             rows = pa.Table.from_batches(dropped_parts)
             table = rows.select(columns)
-            _hand_over(sink, table, rows.column(verdict_column), policy_bits, rename)
+            verdicts = rows.column(verdict_column)
+            _hand_over(sink, table, verdicts, rule_bits, policy=policy, rename=rename)
 
     return stage
 
@@ -176,12 +183,14 @@ def _hand_over(
     sink: DeadLetter,
     table: Any,
     verdict: Any,
-    policy_bits: list[tuple[str, int]],
+    rule_bits: list[tuple[str, int]],
+    *,
+    policy: str,
     rename: Mapping[str, str] | None = None,
 ) -> None:
     """In the task: ``table`` (the dropped rows' input columns, ``rename`` applied) with the
-    policy that dropped each row (from ``verdict``, its verdict bits) and the batch id, to
-    ``sink``."""
+    rule that dropped each row (from ``verdict``, its verdict bits), the ``policy`` and the
+    batch id, to ``sink``."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark import TaskContext
@@ -190,13 +199,14 @@ def _hand_over(
     assert context is not None, "dead letters are written inside Spark tasks"
     found = task_batch_id()
     batch_id = -1 if found is None else found
-    policy = pa.nulls(table.num_rows, pa.string())
-    for name, bit in reversed(policy_bits):
+    rule = pa.nulls(table.num_rows, pa.string())
+    for name, bit in reversed(rule_bits):
         hit = pc.not_equal(pc.bit_wise_and(verdict, bit), 0)
-        policy = pc.if_else(hit, pa.scalar(name), policy)
+        rule = pc.if_else(hit, pa.scalar(name), rule)
     if rename:
         table = table.rename_columns([rename.get(n, n) for n in table.column_names])
-    table = table.append_column(POLICY_COLUMN, policy)
+    table = table.append_column(RULE_COLUMN, rule)
+    table = table.append_column(POLICY_COLUMN, pa.array([policy] * table.num_rows, pa.string()))
     table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
     sink.write(table, batch_id, context.partitionId())
 
@@ -225,8 +235,9 @@ def dead_letter_writer(
     schema: Any,
     verdict_column: str,
     dropped_bits: int,
-    policy_bits: list[tuple[str, int]],
+    rule_bits: list[tuple[str, int]],
     *,
+    policy: str,
     timezone: str,
     large_types: bool,
     rename: Mapping[str, str] | None = None,
@@ -273,11 +284,16 @@ def dead_letter_writer(
             field.dataType, timezone=timezone, prefers_large_types=large_types
         )
         arrow.append(pa.field(name, arrow_type))
-    arrow += [pa.field(POLICY_COLUMN, pa.string()), pa.field(BATCH_COLUMN, pa.int64())]
+    arrow += [
+        pa.field(RULE_COLUMN, pa.string()),
+        pa.field(POLICY_COLUMN, pa.string()),
+        pa.field(BATCH_COLUMN, pa.int64()),
+    ]
     spec = {
         "directory": sink.directory,
         "fields": fields,
-        "policies": [list(p) for p in policy_bits],
+        "rules": [list(p) for p in rule_bits],
+        "policy": policy,
         "arrow_schema": base64.b64encode(pa.schema(arrow).serialize().to_pybytes()).decode(),
     }
     verdict = F.col(verdict_column)
@@ -294,8 +310,9 @@ def dead_letter_filter(
     schema: Any,
     verdict_column: str,
     dropped_bits: int,
-    policy_bits: list[tuple[str, int]],
+    rule_bits: list[tuple[str, int]],
     *,
+    policy: str,
     timezone: str,
     large_types: bool,
     rename: Mapping[str, str] | None = None,
@@ -360,7 +377,7 @@ def dead_letter_filter(
         ]
         table = pa.table(decoded, names=[name for name, _, _ in targets])
         verdicts = pc.cast(text.column(fields[-1]), pa.int64())
-        _hand_over(sink, table, verdicts, policy_bits, rename)
+        _hand_over(sink, table, verdicts, rule_bits, policy=policy, rename=rename)
 
     with warnings.catch_warnings():  # "prefer type hints": pyarrow is imported lazily here
         warnings.filterwarnings("ignore", "It is preferred to specify type hints")

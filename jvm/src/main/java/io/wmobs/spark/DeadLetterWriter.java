@@ -51,7 +51,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * that cannot write fails (its {@code observe} counts are discarded with it).
  *
  * <p>The file is what {@code wmobs/policy/deadletter.py} writes with pyarrow: the same
- * columns, {@code wmobs_policy} and {@code wmobs_batch_id}, and the Arrow schema pyarrow
+ * columns, {@code wmobs_rule}, {@code wmobs_policy} and {@code wmobs_batch_id}, and the Arrow schema pyarrow
  * stores ({@code ARROW:schema}, computed by the driver), so readers get the same types.
  *
  * <p>Field kinds ({@code spec.fields[].type}): byte, short, int, long, float, double, boolean,
@@ -70,8 +70,9 @@ public final class DeadLetterWriter implements Serializable {
   private final int[] precisions;
   private final int[] scales;
   private final int[] widths; // of a decimal's fixed-length bytes
-  private final String[] policyNames;
-  private final long[] policyBits;
+  private final String[] ruleNames;
+  private final long[] ruleBits;
+  private final String policy;
   private final String arrowSchema;
   private final String spec;
   private final Broadcast<SerializableConfiguration> conf;
@@ -93,13 +94,14 @@ public final class DeadLetterWriter implements Serializable {
       scales[i] = field.path("scale").asInt(0);
       widths[i] = decimalBytes(precisions[i]);
     }
-    JsonNode policies = spec.get("policies");
-    policyNames = new String[policies.size()];
-    policyBits = new long[policies.size()];
-    for (int i = 0; i < policies.size(); i++) {
-      policyNames[i] = policies.get(i).get(0).asText();
-      policyBits[i] = policies.get(i).get(1).asLong();
+    JsonNode rules = spec.get("rules");
+    ruleNames = new String[rules.size()];
+    ruleBits = new long[rules.size()];
+    for (int i = 0; i < rules.size(); i++) {
+      ruleNames[i] = rules.get(i).get(0).asText();
+      ruleBits[i] = rules.get(i).get(1).asLong();
     }
+    policy = spec.get("policy").asText();
     arrowSchema = spec.path("arrow_schema").asText("");
     this.spec = spec.toString();
     this.conf = conf;
@@ -108,9 +110,9 @@ public final class DeadLetterWriter implements Serializable {
 
   /**
    * The function {@code name}, built from its arguments: the spec (JSON with {@code
-   * directory}, {@code fields} ({@code [{name, type, precision?, scale?}]}), {@code policies}
-   * ({@code [[name, bit]]}: a row's policy is the first whose bit its verdict has) and {@code
-   * arrow_schema}), then the row. Fails (on the driver) when Hadoop has no filesystem for the
+   * directory}, {@code fields} ({@code [{name, type, precision?, scale?}]}), {@code rules}
+   * ({@code [[name, bit]]}: a row's rule is the first whose bit its verdict has), {@code
+   * policy} (the time policy's name) and {@code arrow_schema}), then the row. Fails (on the driver) when Hadoop has no filesystem for the
    * directory.
    */
   static Expression build(String name, List<Expression> arguments) {
@@ -182,6 +184,8 @@ public final class DeadLetterWriter implements Serializable {
     for (int i = 0; i < names.length; i++) {
       message.addField(field(i));
     }
+    message.optional(PrimitiveTypeName.BINARY).as(LogicalTypeAnnotation.stringType())
+        .named("wmobs_rule");
     message.optional(PrimitiveTypeName.BINARY).as(LogicalTypeAnnotation.stringType())
         .named("wmobs_policy");
     message.optional(PrimitiveTypeName.INT64).named("wmobs_batch_id");
@@ -315,17 +319,20 @@ public final class DeadLetterWriter implements Serializable {
         }
       }
       long verdict = row.getLong(n);
-      for (int p = 0; p < policyBits.length; p++) {
-        if ((verdict & policyBits[p]) != 0) {
-          out.startField("wmobs_policy", n);
-          out.addBinary(Binary.fromString(policyNames[p]));
-          out.endField("wmobs_policy", n);
+      for (int r = 0; r < ruleBits.length; r++) {
+        if ((verdict & ruleBits[r]) != 0) {
+          out.startField("wmobs_rule", n);
+          out.addBinary(Binary.fromString(ruleNames[r]));
+          out.endField("wmobs_rule", n);
           break;
         }
       }
-      out.startField("wmobs_batch_id", n + 1);
+      out.startField("wmobs_policy", n + 1);
+      out.addBinary(Binary.fromString(policy));
+      out.endField("wmobs_policy", n + 1);
+      out.startField("wmobs_batch_id", n + 2);
       out.addLong(batchId);
-      out.endField("wmobs_batch_id", n + 1);
+      out.endField("wmobs_batch_id", n + 2);
       out.endMessage();
     }
 
