@@ -125,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"records uploaded:        {records}")
     print(f"cars counted in windows: {cars}")
     print(f"dead letters:            {dead.num_rows}")
-    for (policy_name, action), n in sorted(snap.policy_events.items()):
+    policy = snap.policy()
+    events = policy.events if policy else {}
+    for (rule, action), n in sorted(events.items()):
         if n:
-            print(f"  {policy_name:<14} {action:<9} {n}")
+            print(f"  {rule:<14} {action:<9} {n}")
     monitor.close()
     spark.stop()
-    ok = records == cars + dead.num_rows == cars + (snap.dead_letter_rows or 0)
+    dead_letters = (policy.dead_letter_rows if policy else None) or 0
+    ok = records == cars + dead.num_rows == cars + dead_letters
     print("conservation:", "ok" if ok else "VIOLATED")
     return 0 if ok else 1
 

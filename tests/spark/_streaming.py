@@ -85,13 +85,13 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str =
 
 
 def run_job(module: str, timeout: float = 900) -> dict[str, Any]:
-    """Run ``python -m <module>`` from the repository root (a child job that needs a Spark
+    """Run ``python -m <module> [ARGS]`` from the repository root (a child job that needs a Spark
     session of its own) and return what it printed as ``RESULT <json>``."""
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", module],
+        [sys.executable, "-m", *module.split()],
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,

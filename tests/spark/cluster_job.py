@@ -108,7 +108,9 @@ def kill_one_executor_mid_stream(spark: Any, work: Path, files: int) -> dict[str
     kept = [r.id for r in spark.read.parquet(str(sink)).select("id").collect()]
     dead_rows = ds.dataset(str(dead), format="parquet", partitioning="hive").to_table()
     dead_ids = dead_rows.column("id").to_pylist()
-    dropped = sum(v for (_, action), v in snap.policy_events.items() if action == "dropped")
+    policy = snap.policy()
+    assert policy is not None
+    dropped = sum(v for (_, action), v in policy.events.items() if action == "dropped")
     return {
         "executors_before": len(pids),
         "killed": killed,
@@ -119,7 +121,7 @@ def kill_one_executor_mid_stream(spark: Any, work: Path, files: int) -> dict[str
         "dead": len(dead_ids),
         "dead_unique": len(set(dead_ids)),
         "overlap": len(set(kept) & set(dead_ids)),
-        "dead_letter_counter": snap.dead_letter_rows,
+        "dead_letter_counter": policy.dead_letter_rows,
         "dropped_counters": dropped,
         "input_rows_counter": snap.input_rows,
     }
@@ -172,7 +174,9 @@ def idle_window_closes(spark: Any, work: Path, *, substreams: bool) -> dict[str,
         "windows": [[r.s.timestamp(), r.n] for r in rows],
         "window_start": start,
         "after_end_plus_timeout": seen >= start + 3 + 1.0,
-        "firings": None if snap is None else snap.idle_timeout_firings,
+        "firings": None
+        if snap is None or not snap.policy()
+        else snap.policy().idle_timeout_firings,  # type: ignore[union-attr]
     }
 
 

@@ -1,7 +1,10 @@
 """Runs wmobs over Spark Connect (``remote("local[2]")``) and prints what it measured as JSON.
 
 A child process of ``test_connect.py``: a Connect session cannot share a process with the
-classic session the other tests use.
+classic session the other tests use. ``python -m tests.spark.connect_job`` starts the Connect
+server without wmobs' extension (the listener, and the policies on the Python engine);
+``--extension`` starts it with the extension (``wmobs.configure_spark``): the worked example
+on the JVM engine, called by name from the client.
 """
 
 from __future__ import annotations
@@ -13,12 +16,19 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
-from tests.spark._streaming import ProgressWaiter, wait_until, windowed_query, write_events
+from tests.spark._streaming import (
+    ProgressWaiter,
+    wait_until,
+    windowed_query,
+    write_events,
+    write_rows,
+)
 
 
 def run_policy(spark: object, work: Path, now: float) -> int:
@@ -81,8 +91,105 @@ def run_substreams(spark: object, work: Path, now: float) -> tuple[int, int]:
     return kept, int(adjusted)  # rows kept, rows whose system_timestamp was adjusted
 
 
+def _policy(snap: wmobs.QuerySnapshot | None) -> Any:
+    """The only policy of a query's snapshot."""
+    assert snap is not None
+    policy = snap.policy()
+    assert policy is not None
+    return policy
+
+
+def worked_example(spark: Any, work: Path) -> dict[str, Any]:
+    """DESIGN's worked example (tests/reference/worked_example.json), one event per micro-batch
+    globally and all at once per device: every row's system timestamp (None: dropped), and
+    the engine and counts the listener saw."""
+    from pyspark.sql import functions as F
+
+    from wmobs import TimePolicy
+
+    reference = json.loads(
+        (Path(__file__).resolve().parents[1] / "reference" / "worked_example.json").read_text()
+    )
+    events = reference["events"]
+    rows = [
+        {
+            "id": e["id"],
+            "EventTime": f"2026-01-01T{e['event']}:00Z",
+            "ArrivalTime": f"2026-01-01T{e['arrival']}:00Z",
+            "deviceId": e["device"],
+        }
+        for e in events
+    ]
+    schema = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, deviceId STRING"
+    out: dict[str, Any] = {}
+    monitor = wmobs.attach(spark)
+    for how, by in (("global", None), ("substreams", ["deviceId"])):
+        source = work / f"worked_{how}"
+        if by is None:
+            for row in rows:
+                write_rows(source, f"event-{row['id']:02d}", [row])
+        else:
+            write_rows(source, "all", rows[5:] + rows[:5])  # file order is not arrival order
+        policy = TimePolicy(
+            early_arrival="5 minutes",
+            late_arrival="5 minutes",
+            out_of_order="2 minutes",
+            substream_by=by,
+            name=f"worked_{how}",
+        )
+        checkpoint = str(work / f"ckpt_{how}")
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+        judged = policy.apply(stream, checkpoint_location=checkpoint)
+        name = f"connect_worked_{how}"
+        query = (
+            judged.select("id", F.unix_seconds("system_timestamp").alias("system"))
+            .writeStream.queryName(name)
+            .format("memory")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        wait_until(lambda n=name: not monitor.snapshot(n).active)  # type: ignore[union-attr,misc]
+        kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
+        expected = {
+            e["id"]: None
+            if reference[how][str(e["id"])]["system_us"] is None
+            else reference[how][str(e["id"])]["system_us"] // 10**6
+            for e in events
+        }
+        policy_snap = _policy(monitor.snapshot(name))
+        out[how] = {
+            "exact": {i: kept.get(i) for i in expected} == expected,
+            "kept": kept,
+            "engine": policy_snap.engine,
+            "events": {f"{r}:{a}": n for (r, a), n in policy_snap.events.items() if n},
+        }
+    monitor.close()
+    return out
+
+
+def with_extension() -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.remote("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    spark = wmobs.configure_spark(builder).getOrCreate()
+    work = Path(tempfile.mkdtemp(prefix="wmobs-connect-"))
+    result = {"session": type(spark).__module__, **worked_example(spark, work)}
+    spark.stop()
+    return result
+
+
 def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "--extension" in sys.argv:
+        print("RESULT " + json.dumps(with_extension()))
+        return
     from pyspark.sql import SparkSession
 
     spark = (
@@ -117,6 +224,14 @@ def main() -> None:
     wait_until(lambda: monitor.snapshot("policy_connect").active is False)  # type: ignore[union-attr]
     policy_snap = monitor.snapshot("policy_connect")
     substreams_kept, substreams_adjusted = run_substreams(spark, work, now)
+    try:  # a server without wmobs' extension: engine="jvm" is an error, not a fallback
+        wmobs.TimePolicy(event_time="event_time", arrival_time=None, engine="jvm").apply(
+            spark.readStream.schema("event_time TIMESTAMP").json(str(work / "in")),
+            checkpoint_location=str(work / "never"),
+        )
+        jvm_error = None
+    except wmobs.EngineError as exc:
+        jvm_error = str(exc)
     wait_until(lambda: monitor.snapshot("substreams_connect").active is False)  # type: ignore[union-attr]
     substreams_snap = monitor.snapshot("substreams_connect")
     result = {
@@ -130,17 +245,16 @@ def main() -> None:
         "active_after_stop": monitor.snapshot("wm_connect").active,  # type: ignore[union-attr]
         "errors": monitor.listener.errors,
         "policy_kept": policy_counts,
-        "policy_events": {
-            f"{p}:{a}": n
-            for (p, a), n in (policy_snap.policy_events if policy_snap else {}).items()
-        },
-        "policy_dead_letters": policy_snap.dead_letter_rows if policy_snap else None,
+        "policy_events": {f"{r}:{a}": n for (r, a), n in _policy(policy_snap).events.items()},
+        "policy_dead_letters": _policy(policy_snap).dead_letter_rows,
+        "policy_engine": _policy(policy_snap).engine,
         "substreams_kept": substreams_kept,
         "substreams_adjusted_rows": substreams_adjusted,
         "substreams_events": {
-            f"{p}:{a}": n
-            for (p, a), n in (substreams_snap.policy_events if substreams_snap else {}).items()
+            f"{r}:{a}": n for (r, a), n in _policy(substreams_snap).events.items()
         },
+        "substreams_engine": _policy(substreams_snap).engine,
+        "jvm_error": jvm_error,
     }
     monitor.close()
     spark.stop()
@@ -148,4 +262,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException:  # a Connect server's threads would keep a failed job alive
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

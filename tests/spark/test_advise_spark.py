@@ -75,7 +75,9 @@ def _run(spark: Any, source: Path, work: Path, tolerance: float, name: str) -> t
         query.stop()
         snap = monitor.snapshot(name)
     assert snap is not None
-    return scrape, snap.policy_events[("out_of_order", "dropped")]
+    policy = snap.policy()
+    assert policy is not None
+    return scrape, policy.events[("out_of_order", "dropped")]
 
 
 def test_the_suggested_tolerance_keeps_the_stated_fraction(spark: Any, tmp_path: Path) -> None:

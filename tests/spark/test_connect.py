@@ -1,4 +1,6 @@
-"""The same basic check over Spark Connect, in a child process (see ``connect_job.py``)."""
+"""wmobs over Spark Connect, in child processes (see ``connect_job.py``): a server without
+wmobs' extension (the listener; the policies on the Python engine) and one with it (the
+worked example on the JVM engine, called by name from the client)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ def test_attach_over_spark_connect() -> None:
     assert result["policy_events"]["late_arrival:adjusted"] == 1
     assert result["policy_events"]["early_arrival:dropped"] == 1
     assert result["policy_dead_letters"] == 1
+    assert result["policy_engine"] == result["substreams_engine"] == "python"
+    assert "engine='jvm' is not to be had" in result["jvm_error"]
+    assert "spark.sql.extensions=io.wmobs.spark.WmobsExtensions" in result["jvm_error"]
     # Substreams over Connect, their state carried from one micro-batch to the next.
     assert result["substreams_kept"] == 4
     assert result["substreams_adjusted_rows"] == 1
@@ -35,3 +40,25 @@ def test_attach_over_spark_connect() -> None:
     assert samples[("wmobs_watermark_delay_seconds", key)] == pytest.approx(
         result["delay"], abs=2.0
     )
+
+
+def test_the_jvm_engine_over_spark_connect() -> None:
+    """A Connect server started with wmobs' extension (``wmobs.configure_spark``): the client
+    calls its functions by name, and the worked example comes out exact, globally (one event
+    per micro-batch) and per device."""
+    pytest.importorskip("pyspark.sql.connect")
+    result = run_job("tests.spark.connect_job --extension", timeout=600)
+
+    assert result["session"].startswith("pyspark.sql.connect")
+    for how in ("global", "substreams"):
+        assert result[how]["engine"] == "jvm", how
+        assert result[how]["exact"], (how, result[how]["kept"])
+    assert result["global"]["events"] == {
+        "early_arrival:dropped": 1,
+        "late_arrival:adjusted": 1,
+        "out_of_order:adjusted": 2,
+    }
+    assert result["substreams"]["events"] == {
+        "early_arrival:dropped": 1,
+        "late_arrival:adjusted": 1,
+    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -138,13 +137,16 @@ def test_conservation_across_restart(
 
     assert rows_in == 12 == len(kept) + len(dead_rows)
     assert {r.id for r in kept} == EXPECTED_KEPT
-    assert {r["id"]: r["wmobs_policy"] for r in dead_rows} == EXPECTED_DEAD
+    assert {r["id"]: r["wmobs_rule"] for r in dead_rows} == EXPECTED_DEAD
+    assert {r["wmobs_policy"] for r in dead_rows} == {"conservation"}
     assert all(r["wmobs_batch_id"] == r["batch_id"] for r in dead_rows)
     assert {r["id"]: r["wmobs_batch_id"] for r in dead_rows if r["id"] in (9, 11)} == {9: 3, 11: 3}
     assert {r["id"]: r["ts"] for r in dead_rows}[3] == "not a time"  # original value kept
 
-    dropped = {k: v for k, v in snap.policy_events.items() if k[1] == "dropped"}
-    assert sum(dropped.values()) == len(dead_rows) == snap.dead_letter_rows == 7
+    counted = snap.policy("conservation")
+    assert counted is not None
+    dropped = {k: v for k, v in counted.events.items() if k[1] == "dropped"}
+    assert sum(dropped.values()) == len(dead_rows) == counted.dead_letter_rows == 7
     assert dropped[("invalid_time", "dropped")] == 3
     assert dropped[("out_of_order", "dropped")] == 2
     assert snap.input_rows == rows_in
@@ -239,12 +241,12 @@ def _typed_input(directory: Path) -> Any:
     return table
 
 
-def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path) -> Any:
+def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path, engine: str = "jvm") -> Any:
     """The dead-letter table of one run of an invalid-time policy over ``source``."""
     import pyarrow.parquet as pq
 
     stream = spark.readStream.schema(schema).parquet(str(source))
-    out = TimePolicy(event_time="ts", arrival_time=None).apply(
+    out = TimePolicy(event_time="ts", arrival_time=None, engine=engine, name="typed").apply(
         stream, checkpoint_location=str(work / "ckpt"), dead_letter=str(work / "dead")
     )
     query = (
@@ -260,34 +262,35 @@ def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path) -> Any:
 
 
 def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path) -> None:
-    """Three plans, one result: wmobs' JAR writes the Parquet file (no row crosses into
-    Python); dropped rows reach Python in a text form, kept rows stay in the JVM; every row
-    crosses (``mapInArrow``). What lands is what came in, value for value, of the Arrow types
-    the every-row plan gives."""
+    """Three plans, one result: the JVM engine writes the Parquet file (no row crosses into
+    Python); on the Python engine dropped rows reach Python in a text form, kept rows stay in
+    the JVM; every row crosses (``mapInArrow``, the plan for columns without a text form,
+    forced here on the same input). What lands is what came in, value for value, of the Arrow
+    types the every-row plan gives."""
     from unittest import mock
 
     from pyspark.sql import functions as F
 
     expected = _typed_input(tmp_path / "in")
     stream = spark.readStream.schema(TYPED_SCHEMA).parquet(str(tmp_path / "in"))
-    applied = TimePolicy(event_time="ts", arrival_time=None).apply(
+    applied = TimePolicy(event_time="ts", arrival_time=None, engine="jvm").apply(
         stream, checkpoint_location=str(tmp_path / "plan"), dead_letter=str(tmp_path / "x")
     )
     plan = applied._jdf.queryExecution().analyzed().toString()
     assert "MapInArrow" not in plan and "hand_over" not in plan  # the JVM's plan
-    assert "wmobs_dead_letters_" in plan
+    assert "wmobs_dead_letters(" in plan
 
-    no_jvm = mock.patch("wmobs.policy.deadletter.dead_letter_writer", lambda *a, **k: None)
-    no_text = mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None)
     jvm = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "jvm")
-    with no_jvm:
-        text = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "text")
-        applied = TimePolicy(event_time="ts", arrival_time=None).apply(
-            stream, checkpoint_location=str(tmp_path / "plan1"), dead_letter=str(tmp_path / "w")
+    text = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "text", "python")
+    applied = TimePolicy(event_time="ts", arrival_time=None, engine="python").apply(
+        stream, checkpoint_location=str(tmp_path / "plan1"), dead_letter=str(tmp_path / "w")
+    )
+    assert "hand_over" in applied._jdf.queryExecution().analyzed().toString()
+    # Not an engine: the Python engine's plan for a column without an exact text form.
+    with mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None):
+        every_row = _dead_letters_of(
+            spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "slow", "python"
         )
-        assert "hand_over" in applied._jdf.queryExecution().analyzed().toString()
-        with no_text:
-            every_row = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "slow")
 
     columns = expected.column_names
     as_written = expected.cast(every_row.select(columns).schema)  # the session's time zone
@@ -296,7 +299,8 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
         # repr: NaN equals NaN there, and -0.0 differs from 0.0
         assert repr(fast.to_pylist()) == repr(every_row.to_pylist())
         assert repr(fast.select(columns).to_pylist()) == repr(as_written.to_pylist())
-        assert fast.column("wmobs_policy").to_pylist() == ["invalid_time"] * 5
+        assert fast.column("wmobs_rule").to_pylist() == ["invalid_time"] * 5
+        assert fast.column("wmobs_policy").to_pylist() == ["typed"] * 5
         assert fast.column("wmobs_batch_id").to_pylist() == [0] * 5
 
     # A column without an exact text form (here a map) takes the every-row plan.
@@ -311,15 +315,13 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
 def test_substreams_pass_every_scalar_type_through_exactly(
     spark: Any, tmp_path: Path, judge: str
 ) -> None:
-    """The per-key judge hands every input column on unchanged: the JAR's (which passes times,
-    dates and text as longs and bytes) and the Python stage, every scalar type at its edges."""
+    """The per-key judge hands every input column on unchanged: the JVM engine's (which passes
+    times, dates and text as longs and bytes) and the Python engine's, every scalar type at its
+    edges."""
     import datetime as dt
-    from unittest import mock
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from wmobs.policy import _jvm
 
     typed = _typed_input(tmp_path / "typed")
     start = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
@@ -330,12 +332,12 @@ def test_substreams_pass_every_scalar_type_through_exactly(
     pq.write_table(table, tmp_path / "in" / "part-0.parquet")
 
     stream = spark.readStream.schema(TYPED_SCHEMA + ", n INT").parquet(str(tmp_path / "in"))
-    policy = TimePolicy(event_time="ts", arrival_time=None, substream_by=["str", "day"])
-    python = mock.patch.object(_jvm, "substream_stage", lambda *_: None)
-    with python if judge == "python" else contextlib.nullcontext():
-        out = policy.apply(stream, checkpoint_location=str(tmp_path / "ckpt"))
+    policy = TimePolicy(
+        event_time="ts", arrival_time=None, substream_by=["str", "day"], engine=judge
+    )
+    out = policy.apply(stream, checkpoint_location=str(tmp_path / "ckpt"))
     plan = out._jdf.queryExecution().analyzed().toString()
-    assert ("Generate wmobs_substreams_" in plan) == (judge == "jvm")
+    assert ("Generate wmobs_substreams(" in plan) == (judge == "jvm")
     name = f"typed_substreams_{judge}"
     query = (
         out.writeStream.format("memory")

@@ -52,7 +52,9 @@ def test_demo_serves_metrics_and_stops_on_ctrl_c() -> None:
         assert samples[("wmobs_input_rows_total", (query,))] > 0
         assert samples[("wmobs_query_active", (query,))] == 1
         policy = {k for k in samples if k[0] == "wmobs_policy_events_total"}
-        assert len(policy) == 8  # every known policy/action pair, from the first batch on
+        assert len(policy) == 8  # every known rule/action pair, from the first batch on
+        info = [k for k in samples if k[0] == "wmobs_policy_info"]
+        assert [dict(labels)["engine"] for _, labels in info] == ["jvm"]
         proc.send_signal(signal.SIGINT)
         next_line(r"wmobs demo: wrote \d+ events .* stopped\.", timeout=120)
         assert proc.wait(timeout=120) == 0

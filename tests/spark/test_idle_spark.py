@@ -69,7 +69,14 @@ def window_of(t: float) -> float:
 
 def firings(monitor: wmobs.Monitor, name: str) -> int:
     snap = monitor.snapshot(name)
-    return 0 if snap is None or snap.idle_timeout_firings is None else snap.idle_timeout_firings
+    policy = None if snap is None else snap.policy()
+    return (policy.idle_timeout_firings or 0) if policy is not None else 0
+
+
+def dead_letters(monitor: wmobs.Monitor, name: str) -> int:
+    snap = monitor.snapshot(name)
+    policy = None if snap is None else snap.policy()
+    return (policy.dead_letter_rows or 0) if policy is not None else 0
 
 
 def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
@@ -127,19 +134,19 @@ def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
     # Allowed lateness: a row for the closed window is behind the watermark: dropped, counted,
     # dead-lettered, never silently lost.
     write_rows(tmp_path / "in", "2-late", events("A", [window + 0.5]))
-    wait_until(
-        lambda: (monitor.snapshot("idle_q") or snap).dead_letter_rows == 1, what="dead letter"
-    )
+    wait_until(lambda: dead_letters(monitor, "idle_q") == 1, what="dead letter")
     snap = monitor.snapshot("idle_q")
-    assert snap is not None
-    assert snap.policy_events[("out_of_order", "dropped")] == 1
+    policy = None if snap is None else snap.policy("idle")
+    assert policy is not None
+    assert policy.events[("out_of_order", "dropped")] == 1
     assert firings(monitor, "idle_q") == 2  # the late row is input: a new quiet period follows
     assert emitted(spark, "idle_q")[(window, "A")] == (
         expected[(window, "A")],
         by_window[(window, "A")][1],
     )
     dead_rows = spark.read.parquet(str(dead)).collect()
-    assert [(r.deviceId, r.v, r.wmobs_policy) for r in dead_rows] == [("A", BIG, "out_of_order")]
+    got = [(r.deviceId, r.v, r.wmobs_rule, r.wmobs_policy) for r in dead_rows]
+    assert got == [("A", BIG, "out_of_order", "idle")]
     idle_q.stop()
     control_q.stop()
 

@@ -18,12 +18,13 @@ import pytest
 import wmobs
 from wmobs.advise import advise, from_prometheus
 from wmobs.observations import (
+    ENGINE_COLUMN,
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
-    histogram_counts,
-    policy_column,
+    rule_column,
 )
+from wmobs.policy import histogram_counts
 from wmobs.rules import RulesConfig, render
 
 from ._streaming import wait_until, windowed_query, write_events
@@ -99,7 +100,7 @@ def test_dashboard_and_alerts_against_real_prometheus(
     queries = []
     try:
         # A live query that keeps running batches, and counts through the observation
-        # convention (so the policy, dead-letter and idle-firing series exist).
+        # convention (so the policy, dead-letter, idle-firing and engine series exist).
         live = (
             spark.readStream.format("rate")
             .option("rowsPerSecond", 20)
@@ -107,9 +108,8 @@ def test_dashboard_and_alerts_against_real_prometheus(
             .withColumn("event_time", F.col("timestamp") - F.expr("INTERVAL 30 SECONDS"))
             .observe(
                 "wmobs.e2e",
-                F.count_if(F.col("value") % 10 == 0).alias(
-                    policy_column("late_arrival", "dropped")
-                ),
+                F.count_if(F.col("value") % 10 == 0).alias(rule_column("late_arrival", "dropped")),
+                F.lit("python").alias(ENGINE_COLUMN),
                 F.count_if(F.col("value") % 10 == 0).alias("dead_letter_rows"),
                 F.lit(0).alias(IDLE_TIMEOUT_COLUMN),
                 F.max(F.unix_micros("event_time") - 5_000_000).alias(INPUT_WATERMARK_COLUMN),

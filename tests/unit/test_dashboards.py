@@ -104,15 +104,22 @@ def test_dashboards_export(tmp_path: Path) -> None:
     ).read_text()
 
 
-def test_wheel_ships_dashboards_and_rules(tmp_path: Path) -> None:
+def test_wheel_ships_dashboards_rules_and_jars(tmp_path: Path) -> None:
+    """The wheel carries the dashboard, the rules and wmobs' JAR for every Spark line (built
+    by the build hook with Maven; never a Java source: nothing is compiled at run time)."""
     import zipfile
+
+    from wmobs.policy._jvm import LINES
 
     done = subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+        capture_output=True, text=True, timeout=900, check=False, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel,) = tmp_path.glob("wmobs-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"wmobs/_dashboards/wmobs-overview.json", "wmobs/_dashboards/wmobs-alerts.yaml"} <= names
     assert "wmobs/py.typed" in names
+    jars = {f"wmobs/_jars/wmobs-spark-{line}_{scala}.jar" for line, scala in LINES.items()}
+    assert jars <= names
+    assert not [n for n in names if n.endswith(".java")]

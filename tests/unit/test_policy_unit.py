@@ -73,7 +73,10 @@ def test_dead_letters_the_jar_does_not_write(sink: DeadLetter, extra: str | None
     if extra is not None:
         fields.append(T.StructField("x", other[extra]))
     struct = T.StructType(fields)
-    assert dead_letter_writer(sink, struct, "v", 1, [], timezone="UTC", large_types=False) is None
+    written = dead_letter_writer(
+        sink, struct, "v", 1, [], policy="p", timezone="UTC", large_types=False
+    )
+    assert written is None
 
 
 def test_the_jar_of_each_spark_line_is_in_the_package() -> None:
