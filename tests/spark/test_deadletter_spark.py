@@ -285,7 +285,9 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
     applied = TimePolicy(event_time="ts", arrival_time=None, engine="python").apply(
         stream, checkpoint_location=str(tmp_path / "plan1"), dead_letter=str(tmp_path / "w")
     )
-    assert "hand_over" in applied._jdf.queryExecution().analyzed().toString()
+    # PySpark 4.0 has no Arrow-iterator UDFs: its Python engine takes the every-row plan.
+    text_plan = "hand_over" if hasattr(F, "arrow_udf") else "MapInArrow"
+    assert text_plan in applied._jdf.queryExecution().analyzed().toString()
     # Not an engine: the Python engine's plan for a column without an exact text form.
     with mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None):
         every_row = _dead_letters_of(

@@ -762,3 +762,79 @@ def test_the_bucket_index_gives_the_reference_buckets(spark: Any) -> None:
         df = spark.createDataFrame([(v,) for v, _ in case["values"]], "x LONG")
         got = df.select(histogram_index(name, F.col("x"), F.lit(True)).alias("b")).collect()
         assert [r.b for r in got] == [bucket for _, bucket in case["values"]], name
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_two_policies_of_one_query_export_their_counts_apart(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """A union of two policed inputs: ``clicks`` drops 3 rows early, ``views`` 5 late. Each
+    policy's verdicts, dead letters and engine are exported under its own ``policy`` label, the
+    verdict kind under ``rule`` (not added together, as before the ``rule`` label)."""
+    from wmobs.testing import parse_metrics
+
+    now = time.time()
+    clicks_rows = [{"id": i, "EventTime": iso(now + 600 if i < 3 else now)} for i in range(5)]
+    views_rows = [{"id": 10 + i, "EventTime": iso(now - 900 if i < 5 else now)} for i in range(6)]
+    write_rows(tmp_path / "clicks", "rows", clicks_rows)
+    write_rows(tmp_path / "views", "rows", views_rows)
+    schema = "id INT, EventTime TIMESTAMP"
+    checkpoint = str(tmp_path / "ckpt")
+    name = f"two_policies_{engine}"
+
+    def policed(source: str, policy: TimePolicy) -> Any:
+        stream = spark.readStream.schema(schema).json(str(tmp_path / source))
+        dead = str(tmp_path / f"dead-{source}")
+        return policy.apply(stream, checkpoint_location=checkpoint, dead_letter=dead)
+
+    clicks = policed("clicks", TimePolicy(arrival_time=None, name="clicks", engine=engine))
+    views = policed(
+        "views",
+        TimePolicy(
+            arrival_time=None,
+            late_arrival="5 minutes",
+            late_arrival_action="drop",
+            name="views",
+            engine=engine,
+        ),
+    )
+    with wmobs.attach(spark, prometheus_port=0) as monitor:
+        query = (
+            clicks.unionByName(views)
+            .writeStream.queryName(name)
+            .format("memory")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+        query.processAllAvailable()
+
+        def counted() -> int:
+            snap = monitor.snapshot(name)
+            return 0 if snap is None else len([p for p in snap.policies.values() if p.engine])
+
+        wait_until(lambda: counted() == 2, what="both policies' observations")
+        assert monitor.metrics_url is not None
+        from urllib.request import urlopen
+
+        with urlopen(monitor.metrics_url, timeout=10) as response:  # while the query runs
+            samples = parse_metrics(response.read().decode())
+        query.stop()
+        assert query.exception() is None
+
+    def sample(metric: str, **labels: str) -> float | None:
+        key = (metric, tuple(sorted({"query": name, **labels}.items())))
+        return samples.get(key)
+
+    events = "wmobs_policy_events_total"
+    assert sample(events, policy="clicks", rule="early_arrival", action="dropped") == 3
+    assert sample(events, policy="clicks", rule="late_arrival", action="dropped") == 0
+    assert sample(events, policy="views", rule="late_arrival", action="dropped") == 5
+    assert sample(events, policy="views", rule="early_arrival", action="dropped") == 0
+    assert sample("wmobs_dead_letter_rows_total", policy="clicks") == 3
+    assert sample("wmobs_dead_letter_rows_total", policy="views") == 5
+    for policy in ("clicks", "views"):
+        assert sample("wmobs_policy_info", policy=policy, engine=engine) == 1
+        dead = spark.read.parquet(str(tmp_path / f"dead-{policy}")).collect()
+        assert {r.wmobs_policy for r in dead} == {policy}
+    assert sorted(r.id for r in spark.sql(f"SELECT id FROM {name}").collect()) == [3, 4, 15]

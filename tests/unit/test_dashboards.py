@@ -123,3 +123,10 @@ def test_wheel_ships_dashboards_rules_and_jars(tmp_path: Path) -> None:
     jars = {f"wmobs/_jars/wmobs-spark-{line}_{scala}.jar" for line, scala in LINES.items()}
     assert jars <= names
     assert not [n for n in names if n.endswith(".java")]
+    # `pip install wmobs` beside a platform's PySpark runs the policies: fsspec is no extra.
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    requires = [
+        line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]  # fmt: skip
+    assert any(r.startswith("Requires-Dist: fsspec") and "extra" not in r for r in requires)

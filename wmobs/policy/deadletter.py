@@ -230,6 +230,21 @@ _KINDS = {
 }
 
 
+def _arrow_type(data_type: Any, timezone: str, large_types: bool) -> Any:
+    """The Arrow type ``mapInArrow`` gives the flat scalar ``data_type`` in this session
+    (timestamps in the session's time zone)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        return to_arrow_type(data_type, timezone=timezone, prefers_large_types=large_types)
+    except TypeError:  # PySpark 4.0 has no timezone argument; its Arrow batches have one
+        found = to_arrow_type(data_type, prefers_large_types=large_types)
+        if pa.types.is_timestamp(found) and found.tz is not None:
+            return pa.timestamp(found.unit, tz=timezone)
+        return found
+
+
 def dead_letter_writer(
     sink: DeadLetter,
     schema: Any,
@@ -255,7 +270,6 @@ def dead_letter_writer(
 
     import pyarrow as pa
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_type
 
     from wmobs.policy import _jvm
 
@@ -280,10 +294,7 @@ def dead_letter_writer(
         fields.append(spec)
         passed = {"date": F.unix_date, "timestamp": F.unix_micros}.get(kind)
         arguments.append((passed(column) if passed else column).alias(f"c{len(arguments)}"))
-        arrow_type = to_arrow_type(
-            field.dataType, timezone=timezone, prefers_large_types=large_types
-        )
-        arrow.append(pa.field(name, arrow_type))
+        arrow.append(pa.field(name, _arrow_type(field.dataType, timezone, large_types)))
     arrow += [
         pa.field(RULE_COLUMN, pa.string()),
         pa.field(POLICY_COLUMN, pa.string()),
