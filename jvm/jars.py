@@ -32,6 +32,7 @@ REFERENCE = ROOT / "tests" / "reference"
 # Spark line -> (Scala version, the PySpark release whose jars stand in for Maven Central's;
 # None where Central has them). The versions of each line are in pom.xml's profiles.
 LINES: dict[str, tuple[str, str | None]] = {
+    "3.5": ("2.12", None),
     "4.0": ("2.13", None),
     "4.1": ("2.13", None),
     "4.2": ("2.13", None),

@@ -79,17 +79,31 @@ def dead_letters(monitor: wmobs.Monitor, name: str) -> int:
     return (policy.dead_letter_rows or 0) if policy is not None else 0
 
 
+def heartbeat_sources(query: Any) -> list[str]:
+    """The descriptions of the query's idle-timeout heartbeat sources (its offsets carry the
+    tick)."""
+    progress = query.lastProgress or {}
+    return [
+        s["description"]
+        for s in progress.get("sources", [])
+        if "wmobs_idle_tick" in str(s.get("endOffset"))
+    ]
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
 def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
-    spark: Any, monitor: wmobs.Monitor, tmp_path: Path
+    spark: Any, monitor: wmobs.Monitor, tmp_path: Path, engine: str
 ) -> None:
     """Events, then silence: with ``idle_timeout`` the window is emitted once processing time
     passes its end plus the timeout, with exactly the real rows; the same query without it
     never emits. A row that then arrives for the closed window is out of order: dropped,
-    counted and dead-lettered (allowed lateness)."""
+    counted and dead-lettered (allowed lateness). The JVM engine's heartbeat is a source of
+    wmobs' extension, the Python engine's a Python data source."""
     common: dict[str, Any] = {
         "event_time": "EventTime",
         "arrival_time": None,
         "late_arrival": "10 minutes",
+        "engine": engine,
     }
     idle = TimePolicy(**common, idle_timeout="1 second", out_of_order_action="drop", name="idle")
     control = TimePolicy(**common, out_of_order_action="drop", name="control")
@@ -130,6 +144,8 @@ def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
     wait_until(lambda: firings(monitor, "idle_q") == 2, what="the second firing")
     snap = monitor.snapshot("idle_q")
     assert snap is not None and snap.input_rows == 1 + len(times)  # heartbeats are not input
+    (source,) = heartbeat_sources(idle_q)
+    assert ("IdleHeartbeat" in source) == (engine == "jvm"), source
 
     # Allowed lateness: a row for the closed window is behind the watermark: dropped, counted,
     # dead-lettered, never silently lost.
@@ -151,8 +167,9 @@ def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
     control_q.stop()
 
 
+@pytest.mark.parametrize("engine", ["jvm", "python"])
 def test_a_quiet_substream_fires_while_a_busy_one_does_not(
-    spark: Any, monitor: wmobs.Monitor, tmp_path: Path
+    spark: Any, monitor: wmobs.Monitor, tmp_path: Path, engine: str
 ) -> None:
     """Key A sends two events and goes quiet; key B keeps sending. A's idle timeout fires,
     B's never does while B is busy; once B stops, B fires too. Every window holds exactly the
@@ -164,7 +181,8 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
         substream_by=["deviceId"],
         idle_timeout="2 seconds",  # B writes every 0.1 s: a slow machine still keeps it busy
         substream_ttl="8 seconds",  # > timeout + window: a key's clock stops when evicted
-        name="subs",
+        name=f"subs_{engine}",
+        engine=engine,
     )
     start_time = time.time()
     write_rows(tmp_path / "in", "a-0000", events("A", [start_time, start_time + 0.1]))
@@ -203,6 +221,8 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
     snap = monitor.snapshot("subs_q")
     assert snap is not None and snap.input_rows == 2 + len(sent_b)
 
-    store = StateStore(str(tmp_path / "ckpt-subs_q" / state_directory("subs")))
+    (source,) = heartbeat_sources(query)
+    assert ("IdleHeartbeat" in source) == (engine == "jvm"), source
+    store = StateStore(str(tmp_path / "ckpt-subs_q" / state_directory(f"subs_{engine}")))
     wait_until(lambda: store.stored_keys() == 0, what="idle keys evicted", timeout=60)
     query.stop()

@@ -17,9 +17,13 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = """
+import time as _time
+_deadline = _time.monotonic() + 120  # a slow machine: until a micro-batch has read rows
+while not any(p["numInputRows"] for p in query.recentProgress):
+    assert _time.monotonic() < _deadline, "no micro-batch read rows"
+    _time.sleep(0.1)
 query.stop()
 import json as _json
-import time as _time
 _deadline = _time.monotonic() + 60
 while (_snap := monitor.snapshot(query.id)) is None or _snap.active:  # the listener's events
     assert _time.monotonic() < _deadline, "the listener never saw the query stop"

@@ -1,7 +1,8 @@
-"""The idle timeout in the plan: the heartbeat stream (:mod:`wmobs.policy._idle_source`)
-unioned with the policy's rows, with the columns of the rows it joins. Globally the heartbeat
-yields the synthetic row of each tick; with substreams one wake-up row per key bucket, and the
-per-key judge decides."""
+"""The idle timeout in the plan: the heartbeat stream unioned with the policy's rows, with the
+columns of the rows it joins. Globally the heartbeat yields the synthetic row of each tick; with
+substreams one wake-up row per key bucket, and the per-key judge decides. The JVM engine's
+heartbeat is a streaming source of wmobs' extension (``IdleHeartbeat.java``), the Python
+engine's a Python data source (:mod:`wmobs.policy._idle_source`): the same offsets and rows."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["with_heartbeat"]
+__all__ = ["JVM_SOURCE", "with_heartbeat"]
+
+JVM_SOURCE = "io.wmobs.spark.IdleHeartbeat"
 
 
 def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataFrame:
@@ -29,13 +32,18 @@ def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataF
 def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
     from wmobs.policy._substream_state import BUCKETS
 
     tolerances = ctx.tolerances
     assert tolerances.idle_timeout_us is not None
     spark = like.sparkSession
-    spark.dataSource.register(IdleHeartbeatSource)
+    if ctx.engine.jvm:
+        source = JVM_SOURCE
+    else:
+        from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
+
+        spark.dataSource.register(IdleHeartbeatSource)
+        source = SOURCE_NAME
     timeout_ms = tolerances.idle_timeout_us // 1000
     interval_us = tolerances.idle_check_interval_us
     interval_ms = (
@@ -43,7 +51,7 @@ def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFra
     )
     substreams = ctx.substream_by is not None
     beats = (
-        spark.readStream.format(SOURCE_NAME)
+        spark.readStream.format(source)
         .option("mode", "substreams" if substreams else "global")
         .option("checkpoint", checkpoint or "")
         .option("storage", ctx.storage.encode())

@@ -47,7 +47,7 @@ __all__ = [
 
 EXTENSIONS = "io.wmobs.spark.WmobsExtensions"
 """The value of ``spark.sql.extensions`` that registers wmobs' functions."""
-LINES: dict[str, str] = {"4.0": "2.13", "4.1": "2.13", "4.2": "2.13", "4.3": "2.13"}
+LINES: dict[str, str] = {"3.5": "2.12", "4.0": "2.13", "4.1": "2.13", "4.2": "2.13", "4.3": "2.13"}
 """The Spark lines wmobs' JAR is built for, and each one's Scala version."""
 VERSION_FUNCTION = "wmobs_version"
 _HOME = Path(__file__).resolve().parent.parent / "_jars"

@@ -238,7 +238,7 @@ def _arrow_type(data_type: Any, timezone: str, large_types: bool) -> Any:
 
     try:
         return to_arrow_type(data_type, timezone=timezone, prefers_large_types=large_types)
-    except TypeError:  # PySpark 4.0 has no timezone argument; its Arrow batches have one
+    except TypeError:  # before PySpark 4.2 no timezone argument; its Arrow batches have one
         found = to_arrow_type(data_type, prefers_large_types=large_types)
         if pa.types.is_timestamp(found) and found.tz is not None:
             return pa.timestamp(found.unit, tz=timezone)
@@ -344,7 +344,6 @@ def dead_letter_filter(
     hands them over once the task's input is exhausted, ``rename`` applied to their names."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.util import PythonEvalType
 
     if not hasattr(F, "arrow_udf"):  # PySpark < 4.1
@@ -354,7 +353,7 @@ def dead_letter_filter(
         form = _text_form(F.col(f"`{field.name}`"), field.dataType)
         if form is None:
             return None
-        arrow = to_arrow_type(field.dataType, timezone=timezone, prefers_large_types=large_types)
+        arrow = _arrow_type(field.dataType, timezone, large_types)
         encoders.append(form[0])
         targets.append((field.name, form[1], arrow))
     fields = [f"c{i}" for i in range(len(targets) + 1)]  # and the verdict, last

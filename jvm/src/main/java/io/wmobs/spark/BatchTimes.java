@@ -9,6 +9,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
 import org.apache.spark.broadcast.Broadcast;
@@ -87,36 +88,47 @@ public final class BatchTimes implements Serializable {
   }
 
   private Long lookUp(TaskContext task) throws IOException {
+    long[] times = of(checkpoint, task, conf.value().value());
+    long found = watermark ? times[0] : times[1];
+    return found == Long.MIN_VALUE ? null : found;
+  }
+
+  /**
+   * The running micro-batch's {watermark, timestamp} (ms; {@code Long.MIN_VALUE} for none),
+   * read once per executor from {@code offsets/<batchId>} of the query's checkpoint ({@code
+   * configured}, or "" for a named query's), which must be the running query's.
+   */
+  static long[] of(String configured, TaskContext task, Configuration hadoop) throws IOException {
     String batch = task.getLocalProperty("streaming.sql.batchId");
     if (batch == null) {
       throw new IllegalStateException(
           "wmobs: the batch watermark is only known inside a streaming micro-batch");
     }
-    String base = Hadoop.checkpoint(checkpoint, task);
+    String base = Hadoop.checkpoint(configured, task);
     String queryId = task.getLocalProperty("sql.streaming.queryId");
-    String key = base + "\n" + batch + "\n" + queryId;  // checked once per key
+    String key = base + "\n" + batch + "\n" + queryId; // checked once per key
     long[] times = READ.get(key);
     if (times == null) {
-      times = read(base, Long.parseLong(batch), queryId);
+      times = read(base, Long.parseLong(batch), queryId, hadoop);
       if (READ.size() > 256) {
         READ.clear();
       }
       READ.put(key, times);
     }
-    long found = watermark ? times[0] : times[1];
-    return found == Long.MIN_VALUE ? null : found;
+    return times;
   }
 
-  private long[] read(String base, long batch, String queryId) throws IOException {
+  private static long[] read(String base, long batch, String queryId, Configuration hadoop)
+      throws IOException {
     try {
       if (queryId != null) {
-        String id = JSON.readTree(readText(base + "/metadata")).path("id").asText(null);
+        String id = JSON.readTree(readText(base + "/metadata", hadoop)).path("id").asText(null);
         if (!queryId.equals(id)) {
           throw new IllegalStateException(
               base + " is the checkpoint of query " + id + ", not of " + queryId);
         }
       }
-      List<String> lines = readText(base + "/offsets/" + batch).lines().toList();
+      List<String> lines = readText(base + "/offsets/" + batch, hadoop).lines().toList();
       if (lines.size() < 2) {
         throw new IOException("incomplete offsets file (being written?)");
       }
@@ -135,8 +147,8 @@ public final class BatchTimes implements Serializable {
     }
   }
 
-  private String readText(String path) throws IOException {
-    return new String(Hadoop.read(new Path(path), conf.value().value()), StandardCharsets.UTF_8);
+  static String readText(String path, Configuration hadoop) throws IOException {
+    return new String(Hadoop.read(new Path(path), hadoop), StandardCharsets.UTF_8);
   }
 
   /**

@@ -1,0 +1,379 @@
+package io.wmobs.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.TaskContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.util.SerializableConfiguration;
+
+/**
+ * The idle-timeout heartbeat as a streaming source of the JVM engine ({@code
+ * spark.readStream.format("io.wmobs.spark.IdleHeartbeat")}): what {@code
+ * wmobs/policy/_idle_source.py} is for the Python engine, with the same offsets and rows, so
+ * that idle timeout needs no Python data source (Spark 3.5 has none).
+ *
+ * <p>On the driver, {@link Stream#latestOffset(Offset, ReadLimit)} decides whether a tick is
+ * due: globally only once the query has had no input for the timeout (judged from its offsets
+ * log: a batch had input when a source other than the heartbeat moved its offset), with
+ * substreams every check interval (any key may be idle). A tick is a new offset ({@code
+ * {"wmobs_idle_tick": <ms>, "idle_since": <ms>}}), so Spark runs a micro-batch although no
+ * other source has data. In the task, the tick becomes rows ({@code wmobs_idle_bucket INT,
+ * wmobs_idle_ts_us LONG, wmobs_idle_firings LONG}): globally the one synthetic row that moves
+ * the watermark ({@link IdleClock} from the batch's watermark), with substreams one wake-up row
+ * per key bucket, and the per-key judge decides.
+ *
+ * <p>Options: {@code mode} (global or substreams), {@code checkpoint} (the query's; "" for the
+ * one Spark gives the source), {@code timeout_ms}, {@code interval_ms}, {@code delay_ms} (the
+ * out-of-order tolerance), {@code buckets}.
+ */
+public final class IdleHeartbeat implements TableProvider {
+  static final String TICK = "wmobs_idle_tick";
+  static final String IDLE_SINCE = "idle_since";
+  static final StructType SCHEMA =
+      new StructType()
+          .add("wmobs_idle_bucket", DataTypes.IntegerType)
+          .add("wmobs_idle_ts_us", DataTypes.LongType)
+          .add("wmobs_idle_firings", DataTypes.LongType);
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  @Override
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    return SCHEMA;
+  }
+
+  @Override
+  public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> options) {
+    return new HeartbeatTable();
+  }
+
+  /** A tick: when it was (ms), and since when the stream was idle (globally; -1 otherwise). */
+  static final class Tick extends Offset implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final long tick;
+    final long idleSince;
+
+    Tick(long tick, long idleSince) {
+      this.tick = tick;
+      this.idleSince = idleSince;
+    }
+
+    static Tick parse(String json) {
+      try {
+        JsonNode node = JSON.readTree(json);
+        return new Tick(node.path(TICK).asLong(0), node.path(IDLE_SINCE).asLong(-1));
+      } catch (IOException e) {
+        throw new UncheckedIOException("wmobs: not a heartbeat offset: " + json, e);
+      }
+    }
+
+    @Override
+    public String json() {
+      ObjectNode node = JSON.createObjectNode().put(TICK, tick);
+      if (idleSince >= 0) {
+        node.put(IDLE_SINCE, idleSince);
+      }
+      return node.toString();
+    }
+  }
+
+  private static final class HeartbeatTable implements Table, SupportsRead {
+    @Override
+    public String name() {
+      return "wmobs_idle_heartbeat";
+    }
+
+    @Override
+    @SuppressWarnings("deprecation")
+    public StructType schema() {
+      return SCHEMA;
+    }
+
+    @Override
+    public Set<TableCapability> capabilities() {
+      return Set.of(TableCapability.MICRO_BATCH_READ);
+    }
+
+    @Override
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+      Map<String, String> settings = new TreeMap<>(options.asCaseSensitiveMap());
+      return () -> new HeartbeatScan(settings);
+    }
+  }
+
+  private static final class HeartbeatScan implements Scan {
+    private final Map<String, String> options;
+
+    HeartbeatScan(Map<String, String> options) {
+      this.options = options;
+    }
+
+    @Override
+    public StructType readSchema() {
+      return SCHEMA;
+    }
+
+    @Override
+    public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+      return new Stream(options, checkpointLocation);
+    }
+  }
+
+  /** What a task needs to turn a tick into rows. */
+  private static final class Settings implements Serializable {
+    private static final long serialVersionUID = 1L;
+    final boolean global;
+    final String checkpoint;
+    final long timeoutMs;
+    final long intervalMs;
+    final long delayMs;
+    final int buckets;
+    final Broadcast<SerializableConfiguration> conf;
+
+    Settings(Map<String, String> options, String sourceCheckpoint) {
+      global = !"substreams".equals(options.getOrDefault("mode", "global"));
+      String configured = options.getOrDefault("checkpoint", "").replaceAll("/+$", "");
+      // Spark gives the source <query checkpoint>/sources/<n>: the query's is two levels up.
+      checkpoint =
+          configured.isEmpty() ? new Path(sourceCheckpoint).getParent().getParent().toString()
+              : configured;
+      timeoutMs = Long.parseLong(options.get("timeout_ms"));
+      intervalMs = Long.parseLong(options.get("interval_ms"));
+      delayMs = Long.parseLong(options.getOrDefault("delay_ms", "0"));
+      buckets = Integer.parseInt(options.getOrDefault("buckets", "0"));
+      conf = Hadoop.sessionConf();
+    }
+  }
+
+  private static final class Stream implements MicroBatchStream, SupportsAdmissionControl {
+    private final Settings settings;
+    private final Activity activity;
+    private long nextRefresh;
+
+    Stream(Map<String, String> options, String sourceCheckpoint) {
+      settings = new Settings(options, sourceCheckpoint);
+      activity = new Activity(settings.checkpoint, settings.conf.value().value());
+    }
+
+    @Override
+    public Offset initialOffset() {
+      return new Tick(0, -1);
+    }
+
+    @Override
+    public Offset deserializeOffset(String json) {
+      return Tick.parse(json);
+    }
+
+    @Override
+    public ReadLimit getDefaultReadLimit() {
+      return ReadLimit.allAvailable();
+    }
+
+    @Override
+    public Offset latestOffset() {
+      throw new UnsupportedOperationException("wmobs: latestOffset(start, limit) only");
+    }
+
+    @Override
+    public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+      Tick start = startOffset == null ? new Tick(0, -1) : Tick.parse(startOffset.json());
+      long now = System.currentTimeMillis();
+      if (now - start.tick < settings.intervalMs) {
+        return start;
+      }
+      if (!settings.global) {
+        return new Tick(now, -1);
+      }
+      if (now >= nextRefresh) {
+        try {
+          activity.refresh();
+        } catch (IOException e) {
+          throw new UncheckedIOException(e);
+        }
+        nextRefresh = now + settings.intervalMs;
+      }
+      if (activity.lastInputMs == Long.MIN_VALUE) {
+        return start; // no input yet: nothing to close
+      }
+      long idleSince = activity.lastInputMs + settings.timeoutMs;
+      return now < idleSince ? start : new Tick(now, idleSince);
+    }
+
+    @Override
+    public InputPartition[] planInputPartitions(Offset start, Offset end) {
+      Tick from = Tick.parse(start.json());
+      Tick to = Tick.parse(end.json());
+      if (from.tick == to.tick) {
+        return new InputPartition[0];
+      }
+      return new InputPartition[] {new Beat(from, to)};
+    }
+
+    @Override
+    public PartitionReaderFactory createReaderFactory() {
+      return new Factory(settings);
+    }
+
+    @Override
+    public void commit(Offset end) {}
+
+    @Override
+    public void stop() {}
+  }
+
+  private record Beat(Tick start, Tick end) implements InputPartition {}
+
+  private record Factory(Settings settings) implements PartitionReaderFactory {
+    @Override
+    public PartitionReader<InternalRow> createReader(InputPartition partition) {
+      Beat beat = (Beat) partition;
+      List<InternalRow> rows = new ArrayList<>();
+      if (!settings.global) {
+        for (int bucket = 0; bucket < settings.buckets; bucket++) { // each decides per key
+          rows.add(new GenericInternalRow(new Object[] {bucket, null, 0L}));
+        }
+      } else {
+        long[] synthetic = synthetic(beat);
+        if (synthetic != null) {
+          rows.add(new GenericInternalRow(new Object[] {null, synthetic[0], synthetic[1]}));
+        }
+      }
+      return new PartitionReader<>() {
+        private int next = -1;
+
+        @Override
+        public boolean next() {
+          return ++next < rows.size();
+        }
+
+        @Override
+        public InternalRow get() {
+          return rows.get(next);
+        }
+
+        @Override
+        public void close() {}
+      };
+    }
+
+    /** {system timestamp µs, firings} of the tick's synthetic row, or null: nothing to move. */
+    private long[] synthetic(Beat beat) {
+      if (beat.end().idleSince < 0) {
+        return null;
+      }
+      long[] times;
+      try {
+        times = BatchTimes.of(settings.checkpoint, TaskContext.get(), settings.conf.value().value());
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+      if (times[0] == Long.MIN_VALUE) {
+        return null; // no watermark yet
+      }
+      long idleSince = beat.end().idleSince;
+      long previous = beat.start().tick;
+      long largestUs = (times[0] + settings.delayMs) * 1000;
+      long[] clock = {largestUs, idleSince - settings.timeoutMs, previous >= idleSince ? previous : -1};
+      int moved = IdleClock.advance(clock, beat.end().tick, settings.timeoutMs);
+      if (moved == IdleClock.ACTIVE || (moved == IdleClock.MOVED && clock[0] == largestUs)) {
+        return null;
+      }
+      return new long[] {clock[0], moved == IdleClock.FIRED ? 1 : 0};
+    }
+  }
+
+  /**
+   * When the query last had input, from its offsets log ({@code
+   * wmobs/policy/_idle.py}'s {@code InputActivity}): each {@code offsets/<id>} read once, as it
+   * appears; a batch had input when a source other than the heartbeat moved its offset.
+   */
+  private static final class Activity {
+    private final String checkpoint;
+    private final Configuration hadoop;
+    long lastInputMs = Long.MIN_VALUE;
+    private long scanned = -1;
+    private List<String> previous;
+
+    Activity(String checkpoint, Configuration hadoop) {
+      this.checkpoint = checkpoint;
+      this.hadoop = hadoop;
+    }
+
+    void refresh() throws IOException {
+      List<Long> batches = new ArrayList<>();
+      for (Hadoop.Entry entry : Hadoop.list(new Path(checkpoint + "/offsets"), hadoop)) {
+        if (entry.name().matches("[0-9]+")) {
+          batches.add(Long.parseLong(entry.name()));
+        }
+      }
+      batches.sort(null);
+      for (long batch : batches) {
+        if (batch <= scanned) {
+          continue;
+        }
+        List<String> lines;
+        long timestamp;
+        try {
+          lines = BatchTimes.readText(checkpoint + "/offsets/" + batch, hadoop).lines().toList();
+          if (lines.size() < 2) {
+            break; // being written: read it next time
+          }
+          timestamp = JSON.readTree(lines.get(1)).path("batchTimestampMs").asLong(0);
+        } catch (IOException e) {
+          break; // being written: read it next time
+        }
+        List<String> sources = lines.subList(2, lines.size());
+        boolean moved = false;
+        if (previous == null) {
+          // The first batch read: batch 0 had input if any source has an offset; an older
+          // log's first retained batch counts as input.
+          moved = batch != 0;
+          for (String line : sources) {
+            moved |= !line.strip().equals("-") && !line.contains(TICK);
+          }
+        } else {
+          for (int i = 0; i < Math.min(sources.size(), previous.size()); i++) {
+            String now = sources.get(i);
+            String before = previous.get(i);
+            moved |= !now.equals(before) && !now.contains(TICK) && !before.contains(TICK);
+          }
+        }
+        if (moved) {
+          lastInputMs = timestamp;
+        }
+        previous = sources;
+        scanned = batch;
+      }
+    }
+  }
+}
