@@ -241,6 +241,15 @@ def _typed_input(directory: Path) -> Any:
     return table
 
 
+def to_arrow(df: Any) -> Any:
+    """``df`` collected as an Arrow table (``DataFrame.toArrow`` is PySpark 4's)."""
+    import pyarrow as pa
+
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    return pa.Table.from_batches(df._collect_as_arrow())
+
+
 def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path, engine: str = "jvm") -> Any:
     """The dead-letter table of one run of an invalid-time policy over ``source``."""
     import pyarrow.parquet as pq
@@ -271,6 +280,8 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
 
     from pyspark.sql import functions as F
 
+    if int(spark.version.split(".")[0]) < 4:
+        pytest.skip("Spark 3.5 has no Python engine to compare with")
     expected = _typed_input(tmp_path / "in")
     stream = spark.readStream.schema(TYPED_SCHEMA).parquet(str(tmp_path / "in"))
     applied = TimePolicy(event_time="ts", arrival_time=None, engine="jvm").apply(
@@ -350,7 +361,7 @@ def test_substreams_pass_every_scalar_type_through_exactly(
     )
     query.awaitTermination()
     assert query.exception() is None
-    got = spark.sql(f"SELECT * FROM {name} ORDER BY n").toArrow()
+    got = to_arrow(spark.sql(f"SELECT * FROM {name} ORDER BY n"))
     columns = table.column_names
     assert got.column_names == [*columns, "system_timestamp"]
     expected = table.cast(got.select(columns).schema)  # the session's time zone

@@ -218,8 +218,16 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
     wait_until(lambda: len(emitted(spark, "subs_q")) == len(expected), what="every window")
     assert {k: n for k, (n, _) in emitted(spark, "subs_q").items()} == expected
     assert all(total == n * BIG for n, total in emitted(spark, "subs_q").values())
-    snap = monitor.snapshot("subs_q")
-    assert snap is not None and snap.input_rows == 2 + len(sent_b)
+    # Heartbeats are not input; the listener may trail the sink by a progress event. (Spark
+    # 3.5 reports no input rows for a batch where its file source had none and the heartbeat
+    # ticked: its progress cannot match the plan's leaves then. The query's own count.)
+    if int(spark.version.split(".")[0]) >= 4:
+        wait_until(
+            lambda: (
+                (s := monitor.snapshot("subs_q")) is not None and s.input_rows == 2 + len(sent_b)
+            ),
+            what=f"the listener counting {2 + len(sent_b)} input rows",
+        )
 
     (source,) = heartbeat_sources(query)
     assert ("IdleHeartbeat" in source) == (engine == "jvm"), source

@@ -111,7 +111,8 @@ def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, Any]:
     ``{histogram: (count per bucket, sum µs)}``."""
     totals: dict[str, Any] = {}
     for p in progress:
-        row = p["observedMetrics"][policy.observation_name].asDict(recursive=True)
+        found = p["observedMetrics"][policy.observation_name]
+        row = found.asDict(recursive=True) if hasattr(found, "asDict") else found  # 3.5: dict
         observed = parse_observed_metrics({policy.observation_name: row})
         for histogram, counts in observed.policies[policy.state_name].histograms.items():
             buckets, sum_us = totals.get(histogram, ([0] * len(counts.buckets), 0))
@@ -173,6 +174,13 @@ def on(engine: str, policy: TimePolicy) -> TimePolicy:
     """``policy`` on ``engine`` (``jvm``; ``jvm without codegen``, the JVM engine's functions
     evaluated without generated code; ``python``)."""
     return replace(policy, engine=engine.split(maxsplit=1)[0].rstrip(","))
+
+
+def needs_python_engine(spark: Any) -> None:
+    """Skips a test that needs the Python engine where Spark has none (3.5: no Python data
+    sources; ``test_an_engine_that_cannot_run_is_an_error`` checks that it says so)."""
+    if int(spark.version.split(".")[0]) < 4:
+        pytest.skip(f"Spark {spark.version} has no Python engine")
 
 
 @contextlib.contextmanager
@@ -338,6 +346,7 @@ def test_substream_state_survives_a_restart(
     two engines read each other's state files: the query restarts on the other one. The JVM
     engine goes on from the per-bucket files of earlier versions, and deletes them once it has
     written newer ones."""
+    needs_python_engine(spark)
 
     def row(i: int, event: str, arrival: str, device: str) -> dict[str, Any]:
         return {"id": i, "EventTime": ts(event), "ArrivalTime": ts(arrival), "deviceId": device}
@@ -551,6 +560,8 @@ def test_dotted_column_names_with_substreams_and_dead_letters(
     if dead_letters != "mapInArrow":
         stream = stream.drop("tags")
     engine = "python" if dead_letters == "text forms" else "jvm"
+    if engine == "python":
+        needs_python_engine(spark)
     policy = TimePolicy(
         substream_by=["device.id"], name=f"dotted_{dead_letters[:4]}", engine=engine
     )
@@ -838,3 +849,15 @@ def test_two_policies_of_one_query_export_their_counts_apart(
         dead = spark.read.parquet(str(tmp_path / f"dead-{policy}")).collect()
         assert {r.wmobs_policy for r in dead} == {policy}
     assert sorted(r.id for r in spark.sql(f"SELECT id FROM {name}").collect()) == [3, 4, 15]
+
+
+def test_an_engine_that_cannot_run_is_an_error(spark: Any, tmp_path: Path) -> None:
+    """Spark 3.5 has no Python data sources: ``engine="python"`` is one clear error there,
+    naming the JVM engine's setting; ``"auto"`` is the JVM engine."""
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    if int(spark.version.split(".")[0]) >= 4:
+        assert TimePolicy(engine="python").apply(stream).isStreaming
+        return
+    with pytest.raises(wmobs.EngineError, match=r"needs Spark >= 4\.0.*spark\.sql\.extensions"):
+        TimePolicy(engine="python").apply(stream)
+    assert TimePolicy().apply(stream).isStreaming

@@ -197,21 +197,6 @@ def test_listener_errors_never_stop_the_query(spark: Any, tmp_path: Path) -> Non
         assert monitor.listener.errors >= 2
 
 
-def test_time_policy_says_which_spark_it_needs(spark: Any, tmp_path: Path) -> None:
-    """The listener half runs on Spark 3.5; a TimePolicy there is one clear error."""
-    import pyspark
-
-    (tmp_path / "in").mkdir()
-    stream = spark.readStream.schema("event_time TIMESTAMP, value LONG").json(str(tmp_path / "in"))
-    policy = wmobs.TimePolicy(event_time="event_time", arrival_time=None)
-    if int(pyspark.__version__.split(".")[0]) >= 4:
-        out = policy.apply(stream, checkpoint_location=str(tmp_path / "chk"))
-        assert "system_timestamp" in out.columns
-    else:
-        with pytest.raises(RuntimeError, match=r"TimePolicy needs Spark >= 4.0"):
-            policy.apply(stream, checkpoint_location=str(tmp_path / "chk"))
-
-
 def test_attach_over_connect_says_which_pyspark_it_needs() -> None:
     """PySpark 3.5 ships a Connect session's listeners to the server: attach says so at once,
     before it touches the session. (A 3.5 Connect session cannot be created here without a

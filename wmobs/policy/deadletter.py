@@ -239,10 +239,14 @@ def _arrow_type(data_type: Any, timezone: str, large_types: bool) -> Any:
     try:
         return to_arrow_type(data_type, timezone=timezone, prefers_large_types=large_types)
     except TypeError:  # before PySpark 4.2 no timezone argument; its Arrow batches have one
+        pass
+    try:
         found = to_arrow_type(data_type, prefers_large_types=large_types)
-        if pa.types.is_timestamp(found) and found.tz is not None:
-            return pa.timestamp(found.unit, tz=timezone)
-        return found
+    except TypeError:  # PySpark 3.5: large types are not to be had
+        found = to_arrow_type(data_type)
+    if pa.types.is_timestamp(found) and found.tz is not None:
+        return pa.timestamp(found.unit, tz=timezone)
+    return found
 
 
 def dead_letter_writer(
@@ -344,10 +348,11 @@ def dead_letter_filter(
     hands them over once the task's input is exhausted, ``rename`` applied to their names."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
-    from pyspark.util import PythonEvalType
 
     if not hasattr(F, "arrow_udf"):  # PySpark < 4.1
         return None
+    from pyspark.util import PythonEvalType
+
     encoders, targets = [], []
     for field in schema.fields:
         form = _text_form(F.col(f"`{field.name}`"), field.dataType)

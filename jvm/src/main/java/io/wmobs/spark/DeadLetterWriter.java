@@ -75,9 +75,10 @@ public final class DeadLetterWriter implements Serializable {
   private final String policy;
   private final String arrowSchema;
   private final String spec;
+  private final String sparkVersion;
   private final Broadcast<SerializableConfiguration> conf;
 
-  DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
+  DeadLetterWriter(JsonNode spec, String sparkVersion, Broadcast<SerializableConfiguration> conf) {
     directory = spec.get("directory").asText().replaceAll("/+$", "");
     JsonNode fields = spec.get("fields");
     int n = fields.size();
@@ -104,6 +105,7 @@ public final class DeadLetterWriter implements Serializable {
     policy = spec.get("policy").asText();
     arrowSchema = spec.path("arrow_schema").asText("");
     this.spec = spec.toString();
+    this.sparkVersion = sparkVersion;
     this.conf = conf;
     schema(); // a bad spec fails on the driver, not in a task
   }
@@ -118,7 +120,8 @@ public final class DeadLetterWriter implements Serializable {
   static Expression build(String name, List<Expression> arguments) {
     Spec.arity(name, arguments, 2);
     Broadcast<SerializableConfiguration> conf = Hadoop.sessionConf();
-    DeadLetterWriter writer = new DeadLetterWriter(Spec.json(name, arguments), conf);
+    String version = org.apache.spark.sql.SparkSession.active().version();
+    DeadLetterWriter writer = new DeadLetterWriter(Spec.json(name, arguments), version, conf);
     try {
       new Path(writer.directory).getFileSystem(conf.value().value());
     } catch (IOException e) {
@@ -296,6 +299,9 @@ public final class DeadLetterWriter implements Serializable {
     @Override
     public WriteContext init(Configuration configuration) {
       Map<String, String> metadata = new HashMap<>();
+      // Written by Spark 3+ in the proleptic Gregorian calendar: Spark 3.5 reads old dates and
+      // times as they are, without its legacy-calendar question.
+      metadata.put("org.apache.spark.version", sparkVersion);
       if (!arrowSchema.isEmpty()) {
         metadata.put("ARROW:schema", arrowSchema);
       }
