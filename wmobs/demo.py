@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,8 @@ def build_query(
     checkpoint: Path,
     dead_letters: Path,
     trigger: str = "2 seconds",
+    *,
+    engine: str = "auto",
 ) -> Any:
     """The demo's streaming query: time policy, then a windowed count and mean per device."""
     from pyspark.sql import functions as F
@@ -160,10 +162,11 @@ def build_query(
         .option("maxFilesPerTrigger", 10)
         .json(str(source_dir))
     )
-    judged = POLICY.apply(
+    judged = replace(POLICY, engine=engine).apply(
         events,
         checkpoint_location=str(checkpoint),
-        dead_letter=DeadLetter(str(dead_letters), format="json"),
+        # Parquet, which the JVM engine writes itself: the demo's query runs no Python worker.
+        dead_letter=DeadLetter(str(dead_letters)),
     )
     windows = judged.groupBy(F.window("system_timestamp", WINDOW), "device").agg(
         F.count("*").alias("readings"), F.avg("value").alias("mean_value")
@@ -229,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-every", type=float, default=60.0, help="idle gap period (60 s)")
     parser.add_argument("--idle-for", type=float, default=25.0, help="idle gap length (25 s)")
     parser.add_argument("--trigger", default="2 seconds", help="trigger interval (2 seconds)")
+    parser.add_argument(
+        "--engine", default="auto", choices=("auto", "jvm", "python"), help="time policy engine"
+    )
     args = parser.parse_args(argv)
 
     import wmobs
@@ -251,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wmobs demo: metrics at {monitor.metrics_url}  (Ctrl-C to stop)", flush=True)
     query = build_query(
-        spark, workdir / "in", workdir / "checkpoint", workdir / "dead-letters", args.trigger
+        spark,
+        workdir / "in",
+        workdir / "checkpoint",
+        workdir / "dead-letters",
+        args.trigger,
+        engine=args.engine,
     )
     print(f"wmobs demo: dead letters in {workdir / 'dead-letters'}", flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
