@@ -278,6 +278,32 @@ def build() -> dict[str, Any]:
             (0, 66, 12, 4),
             kind="stat",
         ),
+        panel(
+            "Source backlog",
+            "Records each source's broker holds that the query has not read yet (Kafka's "
+            "maxOffsetsBehindLatest: the partition furthest behind). A backlog that keeps "
+            "growing: the query reads more slowly than producers write "
+            "(WmobsSourceBacklogGrowing).",
+            "short",
+            [(f"wmobs_source_backlog_records{{{SEL}}}", "{{query}} {{source}}")],
+            (12, 66, 12, 8),
+        ),
+        panel(
+            "Queueing delay distribution",
+            "How long rows waited in the broker before a micro-batch read them (the batch's "
+            "time minus the arrival time, e.g. Kafka's timestamp), per rate interval, by "
+            "bucket. Counted exactly inside the query by each time policy with arrival times.",
+            "s",
+            [
+                (
+                    "sum by (le) (increase(wmobs_event_queueing_delay_seconds_bucket"
+                    f"{{{SEL}}}[{RATE}]))",
+                    "{{le}}",
+                )
+            ],
+            (0, 74, 12, 8),
+            kind="heatmap",
+        ),
     ]
     for i, p in enumerate(panels, start=1):
         p["id"] = i

@@ -33,8 +33,10 @@ Every value is the count **for that micro-batch** (``observe`` resets per batch)
 counts as 0.
 
 Histograms ``<h>`` (:data:`HISTOGRAMS`) are ``arrival_delay`` (arrival time - event time of
-every valid row; negative: early) and ``lateness`` (how far each row is behind the largest
-system timestamp seen before it; 0 when not behind). ``buckets`` is the batch's count per
+every valid row; negative: early), ``lateness`` (how far each row is behind the largest system
+timestamp seen before it; 0 when not behind) and ``queueing_delay`` (the micro-batch's time -
+arrival time of every row with an arrival time: how long it waited in the broker before a
+micro-batch read it). ``buckets`` is the batch's count per
 bucket, as ``histogram_numeric`` of the bucket index gives it (``[{x: index, y: count}, ...]``,
 an index may repeat: its counts add up; ``x`` may be a rounding error off the index: read it
 rounded; index ``i`` counts the values above bound ``i - 1`` and at most bound ``i`` of
@@ -104,12 +106,15 @@ _POSITIVE = (
     0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
     21600.0, 86400.0,
 )  # fmt: skip
+_DELAY = (-86400.0, -3600.0, -600.0, -60.0, -10.0, -1.0, 0.0, *_POSITIVE)
 HISTOGRAMS: dict[str, tuple[float, ...]] = {
-    "arrival_delay": (-86400.0, -3600.0, -600.0, -60.0, -10.0, -1.0, 0.0, *_POSITIVE),
+    "arrival_delay": _DELAY,
     "lateness": (0.0, *_POSITIVE),
+    "queueing_delay": _DELAY,
 }
-"""Bucket upper bounds (seconds) of the two distributions: 10 ms to 1 day, about a factor of
-2-5 apart; arrival delay also below 0 (early events), down to a day early."""
+"""Bucket upper bounds (seconds) of the distributions: 10 ms to 1 day, about a factor of 2-5
+apart; the delays also below 0 (early events; arrival times after the batch's clock), down to a
+day."""
 INPUT_WATERMARK_COLUMN = "input_watermark_us"
 INPUT_EVENT_TIME_COLUMN = "input_event_time_us"
 IDLE_TICK = "wmobs_idle_tick"

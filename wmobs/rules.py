@@ -4,18 +4,24 @@ The shipped ``dashboards/wmobs-alerts.yaml`` is :func:`render` with the defaults
 :class:`RulesConfig` (a test keeps the two identical). To change a threshold or the job
 selector, render your own: ``wmobs rules --delay-threshold 10m --selector 'job="etl"' > r.yaml``.
 
-==========================  ========  ==================================================
-alert                       severity  fires when (defaults)
-==========================  ========  ==================================================
-``WmobsWatermarkDelayHigh`` warning   watermark delay > 5m, for 10m
-``WmobsWatermarkStalled``   warning   watermark unchanged for 15m while the query is active
-                                      and reads rows, for 5m
-``WmobsEventsDropped``      warning   a policy dropped rows, or Spark dropped rows by
-                                      watermark, in the last 10m, for 5m
-``WmobsDeadLetterGrowing``  warning   dead-lettered rows increasing over 10m, for 15m
-``WmobsQueryFailed``        critical  a query terminated with an exception in the last 10m
-``WmobsSourceIdle``         info      no input rows for more than 10m, for 1m
-==========================  ========  ==================================================
+=============================  ========  ===============================================
+alert                          severity  fires when (defaults)
+=============================  ========  ===============================================
+``WmobsWatermarkDelayHigh``    warning   watermark delay > 5m, for 10m
+``WmobsWatermarkStalled``      warning   watermark unchanged for 15m while the query is
+                                         active and reads rows, for 5m
+``WmobsEventsDropped``         warning   a policy dropped rows, or Spark dropped rows by
+                                         watermark, in the last 10m, for 5m
+``WmobsDeadLetterGrowing``     warning   a policy's dead-lettered rows increasing over
+                                         10m, for 15m
+``WmobsQueryFailed``           critical  a query terminated with an exception in the last
+                                         10m
+``WmobsSourceIdle``            info      no input rows for more than 10m, for 1m
+``WmobsInputWatermarkBehind``  warning   one input's watermark 5m behind the query's most
+                                         advanced input, for 10m
+``WmobsSourceBacklogGrowing``  warning   a source's backlog above 1000 records and growing
+                                         over 10m, for 15m
+=============================  ========  ===============================================
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ class RulesConfig:
     input_behind_for: str = "10m"
     """``WmobsInputWatermarkBehind``: one input's watermark more than ``input_behind_threshold``
     behind the query's most advanced input, for this long."""
+    backlog_records: str = "1000"
+    backlog_window: str = "10m"
+    backlog_for: str = "15m"
+    """``WmobsSourceBacklogGrowing``: a source's backlog (records not read yet) above
+    ``backlog_records`` and still growing over ``backlog_window``, for this long."""
     runbook_url: str = "https://github.com/wmobs/wmobs/blob/main/docs/runbook.md"
     """The runbook document; each alert links to its section (``#wmobswatermarkdelayhigh``)."""
 
@@ -76,6 +87,8 @@ class RulesConfig:
         for f in fields(self):
             if f.name.endswith(("_threshold", "_for", "_window")):
                 parse_duration(getattr(self, f.name))
+        if not str(self.backlog_records).isdigit():
+            raise ValueError(f"backlog_records: a number of records, got {self.backlog_records!r}")
 
     def sel(self, *matchers: str) -> str:
         parts = [m for m in (self.selector, *matchers) if m]
@@ -177,6 +190,17 @@ def alerts(c: RulesConfig) -> list[Alert]:
             "Input {{ $labels.policy }} of query {{ $labels.query }} ({{ $labels.instance }}) "
             "is {{ $value | humanizeDuration }} behind the query's most advanced input "
             f"(threshold {c.input_behind_threshold}); the query's watermark waits for it.",
+        ),
+        Alert(
+            "WmobsSourceBacklogGrowing",
+            "warning",
+            f"wmobs_source_backlog_records{c.sel()} > {c.backlog_records}"
+            f" and deriv(wmobs_source_backlog_records{c.sel()}[{c.backlog_window}]) > 0",
+            c.backlog_for,
+            "A streaming query falls further and further behind its source.",
+            "Source {{ $labels.source }} of query {{ $labels.query }} ({{ $labels.instance }}) "
+            "holds {{ $value | humanize }} records the query has not read, and the number has "
+            f"grown over {c.backlog_window} for {c.backlog_for}.",
         ),
     ]
 

@@ -67,11 +67,14 @@ def progress_json(
     state_operators: list[Mapping[str, Any]] | None = None,
     observed: Mapping[str, Mapping[str, Any]] | None = None,
     heartbeat_rows: int = 0,
+    kafka_backlog: int | None = None,
 ) -> dict[str, Any]:
     """A progress event body as Spark's ``StreamingQueryProgress.json`` has it.
 
     ``rows`` are input rows; ``heartbeat_rows`` adds the source of an idle-timeout policy with
-    that many rows (Spark counts them in ``numInputRows``; wmobs does not).
+    that many rows (Spark counts them in ``numInputRows``; wmobs does not). ``kafka_backlog``
+    makes the source Kafka's (``KafkaV2[Subscribe[events]]``), with that
+    ``maxOffsetsBehindLatest``.
 
     ``watermark=None`` leaves ``eventTime`` out entirely (a query without a watermark);
     ``watermark=0`` gives Spark's "no watermark yet" epoch. ``id`` defaults to a UUID derived
@@ -100,14 +103,22 @@ def progress_json(
         "stateOperators": [dict(op) for op in state_operators or []],
         "sources": [
             {
-                "description": "FileStreamSource[file:/tmp/in]",
+                "description": "FileStreamSource[file:/tmp/in]"
+                if kafka_backlog is None
+                else "KafkaV2[Subscribe[events]]",
                 "startOffset": None,
                 "endOffset": None,
                 "latestOffset": None,
                 "numInputRows": rows,
                 "inputRowsPerSecond": 0.0,
                 "processedRowsPerSecond": 0.0,
-                "metrics": {},
+                "metrics": {}
+                if kafka_backlog is None
+                else {
+                    "avgOffsetsBehindLatest": str(float(kafka_backlog) / 2),
+                    "maxOffsetsBehindLatest": str(kafka_backlog),
+                    "minOffsetsBehindLatest": "0",
+                },
             }
         ],
         "sink": {"description": "MemorySink", "numOutputRows": 0, "metrics": {}},

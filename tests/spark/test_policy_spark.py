@@ -106,7 +106,17 @@ def run_policy(
     return kept, dict(policy_snap.events), query.recentProgress
 
 
-def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, Any]:
+def queued_long_ago(progress: Any, policy: TimePolicy, rows: int) -> bool:
+    """Every row waited in the broker more than a day: arrival times of long ago, read now
+    (the queueing delay's top bucket)."""
+    counts = observed_histograms(progress, policy, ("queueing_delay",))
+    buckets, sum_us = counts["queueing_delay"]
+    return buckets[-1] == sum(buckets) == rows and sum_us > rows * 86_400 * 10**6
+
+
+def observed_histograms(
+    progress: Any, policy: TimePolicy, names: tuple[str, ...] = ("arrival_delay", "lateness")
+) -> dict[str, Any]:
     """The policy's two distributions over all micro-batches, as the listener reads them:
     ``{histogram: (count per bucket, sum µs)}``."""
     totals: dict[str, Any] = {}
@@ -115,6 +125,8 @@ def observed_histograms(progress: Any, policy: TimePolicy) -> dict[str, Any]:
         row = found.asDict(recursive=True) if hasattr(found, "asDict") else found  # 3.5: dict
         observed = parse_observed_metrics({policy.observation_name: row})
         for histogram, counts in observed.policies[policy.state_name].histograms.items():
+            if histogram not in names:
+                continue
             buckets, sum_us = totals.get(histogram, ([0] * len(counts.buckets), 0))
             totals[histogram] = (
                 [a + b for a, b in zip(buckets, counts.buckets, strict=True)],
@@ -223,6 +235,7 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
     # This input's watermark (largest system timestamp 12:23 - 2 min) and largest event time.
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, policy) == worked_histograms(per_key=False)
+    assert queued_long_ago(progress, policy, 12)
     late_us = observed_histograms(progress, policy)["lateness"][1]
     assert late_us == (7 + 2 + 4 + 1 + 1) * 60 * 10**6  # rows 6, 7, 9, 11, 12
     assert kept == expected_seconds(GLOBAL_EXPECTED)
@@ -262,6 +275,7 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judg
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, policy) == worked_histograms(per_key=True)
+    assert queued_long_ago(progress, policy, 12)
     assert observed_histograms(progress, policy)["lateness"][1] == 60 * 10**6
     assert counts[("early_arrival", "dropped")] == 1
     assert counts[("late_arrival", "adjusted")] == 1
@@ -664,6 +678,7 @@ def test_distributions_on_a_random_multi_batch_stream(
         "lateness", lateness
     )
     assert observed_histograms(progress, policy) == expected
+    assert queued_long_ago(progress, policy, 6 * size)
     assert sum(lateness) > 0  # the stream has rows behind others
     late = sum(1 for rows in batches for _, e, a, _ in rows if e < a - late_tolerance)
     assert counts[("late_arrival", "adjusted")] == late > 0

@@ -282,10 +282,15 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
             "input_event_time_us": int(NOW * 1e6),
             "hist:arrival_delay:buckets": [{"x": 3, "y": 1.0}],
             "hist:lateness:buckets": [{"x": 0, "y": 1.0}],
+            "hist:queueing_delay:buckets": [{"x": 7, "y": 1.0}],
         }
     }
     body = progress_json(
-        watermark=NOW - 1, event_time_max=NOW, state_operators=ops, observed=observed
+        watermark=NOW - 1,
+        event_time_max=NOW,
+        state_operators=ops,
+        observed=observed,
+        kafka_backlog=12,
     )
     rec.tracker.on_progress(body)
     rec.instruments.record_batch_duration("q", 0.1)
@@ -439,3 +444,18 @@ def test_the_columns_of_a_struct_column_are_read_as_columns() -> None:
     as_text = parse_observed_metrics({"wmobs.policy.p": Row(columns=json.dumps(flat))})
     assert as_json == expected == as_row == as_text
     assert not as_text.unknown_columns
+
+
+def test_the_backlog_of_each_source_is_its_last_report(rec: MetricsRecorder) -> None:
+    """Kafka's ``maxOffsetsBehindLatest``, per source, the last value reported; none for a
+    source that reports nothing, and none once the query stops."""
+    rec.tracker.on_progress(progress_json(batch_id=0, kafka_backlog=500))
+    source = {"query": "q", "source": "KafkaV2[Subscribe[events]]"}
+    assert rec.value("wmobs_source_backlog_records", **source) == 500
+    rec.tracker.on_progress(progress_json(batch_id=1, kafka_backlog=20))
+    assert rec.value("wmobs_source_backlog_records", **source) == 20
+    rec.tracker.on_progress(progress_json(name="files"))
+    files = {"query": "files", "source": "FileStreamSource[file:/tmp/in]"}
+    assert rec.value("wmobs_source_backlog_records", **files) is None
+    rec.tracker.on_terminated(rec.tracker.snapshot("q").query_id, None)  # type: ignore[union-attr]
+    assert rec.value("wmobs_source_backlog_records", **source) is None

@@ -122,6 +122,9 @@ class QuerySnapshot:
     operators: dict[str, OperatorSnapshot] = field(default_factory=dict)
     policies: dict[str, PolicySnapshot] = field(default_factory=dict)
     """Per time policy (``policy`` label), once its first observation arrives."""
+    backlogs: dict[str, int] = field(default_factory=dict)
+    """Per source (its description): records behind the latest, as of the last micro-batch
+    whose progress said (Kafka's ``maxOffsetsBehindLatest``)."""
     terminations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     last_exception: str | None = None
     batch_durations: list[int] = field(
@@ -160,6 +163,26 @@ def _heartbeat_rows(progress: Mapping[str, Any]) -> int:
         if end is not None and IDLE_TICK in (end if isinstance(end, str) else json.dumps(end)):
             total += int(source.get("numInputRows") or 0)
     return total
+
+
+BACKLOG_METRICS = ("maxOffsetsBehindLatest",)
+"""The ``sources[].metrics`` that say how many records a source has not read yet."""
+
+
+def _backlogs(progress: Mapping[str, Any]) -> dict[str, int]:
+    """Per source that reports it (description -> records behind the latest)."""
+    found = {}
+    for source in progress.get("sources") or ():
+        metrics = source.get("metrics") or {}
+        for key in BACKLOG_METRICS:
+            value = metrics.get(key)
+            if value is not None:
+                try:
+                    found[str(source.get("description") or "source")] = int(float(value))
+                except (TypeError, ValueError):
+                    continue
+                break
+    return found
 
 
 def _operator_labels(operators: list[Mapping[str, Any]]) -> list[str]:
@@ -273,6 +296,7 @@ class Tracker:
         operators = progress.get("stateOperators") or []
         labels = _operator_labels(operators)
         observed = parse_observed_metrics(progress.get("observedMetrics"))
+        backlogs = _backlogs(progress)
         dropped_total = 0
 
         with self._lock:
@@ -293,6 +317,7 @@ class Tracker:
                 snap.last_data_batch_end = batch_end
             for label, op in zip(labels, operators, strict=True):
                 dropped_total += _fold_operator(snap, label, op)
+            snap.backlogs.update(backlogs)
             if not observed.empty:
                 _fold_observed(snap, observed)
             if duration_s is not None:

@@ -23,6 +23,7 @@ Prometheus name                            type       labels                    
 ``wmobs_policy_info``                      gauge      query, policy, engine        ``{policy}``
 ``wmobs_query_active``                     gauge      query                        ``{query}``
 ``wmobs_query_terminations_total``         counter    query, outcome               ``{query}``
+``wmobs_source_backlog_records``           gauge      query, source                ``{record}``
 =========================================  =========  ===========================  ==========
 
 Label ``policy`` is a time policy's name (``TimePolicy(name=...)``, or the default name an
@@ -53,6 +54,13 @@ is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``in
   clock at collection minus that input's largest watermark / event time (observed with the
   ``input_*`` columns of :mod:`wmobs.observations`). In a join or union of two policed inputs
   the query's watermark is the smaller one; these say which input holds it back.
+- ``wmobs_source_backlog_records``: per source of an active query, the records its broker
+  holds that the query has not read yet, as the source reports it after each micro-batch
+  (Kafka's ``maxOffsetsBehindLatest``, the partition furthest behind); absent for sources that
+  report none. ``source`` is the source's description (``KafkaV2[Subscribe[topic]]``).
+- ``wmobs_event_queueing_delay_seconds``: the micro-batch's time minus the arrival time of
+  every row that has one (Kafka's ``timestamp``): how long rows waited in the broker before a
+  micro-batch read them; the buckets of the arrival delay.
 - ``wmobs_event_arrival_delay_seconds`` (arrival time - event time of every valid row; buckets
   from a day early to a day late) and ``wmobs_event_lateness_seconds`` (how far each row was
   behind the largest system timestamp seen before it, globally the batch's, with substreams
@@ -111,6 +119,8 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_input_event_time_lag_seconds": ("gauge", ("query", "policy")),
     "wmobs_event_arrival_delay_seconds": ("histogram", ("query", "policy")),
     "wmobs_event_lateness_seconds": ("histogram", ("query", "policy")),
+    "wmobs_event_queueing_delay_seconds": ("histogram", ("query", "policy")),
+    "wmobs_source_backlog_records": ("gauge", ("query", "source")),
 }
 """The metric contract (``docs/reference/metrics.md``): Prometheus name -> (type, labels)."""
 
@@ -123,6 +133,10 @@ EVENT_HISTOGRAMS: dict[str, tuple[str, str]] = {
     "lateness": (
         "wmobs_event_lateness_seconds",
         "How far each row is behind the largest system timestamp seen before it, per input.",
+    ),
+    "queueing_delay": (
+        "wmobs_event_queueing_delay_seconds",
+        "The micro-batch's time minus the arrival time of every row that has one, per input.",
     ),
 }
 """The distributions of :data:`wmobs.observations.HISTOGRAMS`: Prometheus name, help."""
@@ -220,6 +234,12 @@ def _policy_info(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
                 yield Observation(1, {**_p(snap, policy), "engine": state.engine})
 
 
+def _source_backlog(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.active:
+        for source, records in snap.backlogs.items():
+            yield Observation(records, {"query": snap.label, "source": source})
+
+
 def _query_active(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
     yield Observation(1 if snap.active else 0, _q(snap))
 
@@ -314,6 +334,12 @@ OBSERVABLES: tuple[Observable, ...] = (
         "wmobs.query.terminations", "wmobs_query_terminations_total", "counter", "{query}",
         "Query terminations by outcome (stopped, failed).",
         _terminations,
+    ),
+    Observable(
+        "wmobs.source.backlog", "wmobs_source_backlog_records", "gauge", "{record}",
+        "Records a source's broker holds that the query has not read yet (Kafka's "
+        "maxOffsetsBehindLatest).",
+        _source_backlog,
     ),
     Observable(
         "wmobs.input.watermark.delay", "wmobs_input_watermark_delay_seconds", "gauge", "s",

@@ -18,6 +18,7 @@ from wmobs.policy._verdicts import (
     INVALID_DROPPED,
     LATE_ADJUSTED,
     LATE_DROPPED,
+    QUEUE,
     TS,
     VERDICT,
     WATERMARK,
@@ -71,7 +72,9 @@ def _arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFr
     from pyspark.sql import functions as F
 
     tolerances = ctx.tolerances
-    df = replace(df, {ARRIVAL: F.coalesce(F.col(ARRIVAL), batch_time)})
+    # How long each row waited in the broker: only where the policy has arrival times.
+    queue = batch_time - F.col(ARRIVAL) if ctx.arrival_time is not None else F.lit(None)
+    df = replace(df, {ARRIVAL: F.coalesce(F.col(ARRIVAL), batch_time), QUEUE: queue.cast("long")})
     ts, arrival = F.col(TS), F.col(ARRIVAL)
     verdict = F.when(ts.isNull(), F.lit(INVALID_DROPPED)).otherwise(F.lit(0))
     system = ts

@@ -18,6 +18,7 @@ from wmobs.observations import (
     INPUT_WATERMARK_COLUMN,
     STRUCT_COLUMN,
     bounds_us,
+    histogram_buckets_column,
     histogram_sum_column,
     joint_histogram_column,
     rule_column,
@@ -35,6 +36,8 @@ from wmobs.policy._verdicts import (
     IDLE,
     LATENESS,
     LATENESS_BUCKET,
+    QUEUE,
+    QUEUE_BUCKET,
     TS,
     VERDICT,
     VERDICT_BITS,
@@ -68,8 +71,14 @@ def observations(
     counts = _counts(ctx, staged, dead_letters)
     if not ctx.distributions:
         return staged, [*counts, engine]
-    staged, distributions = _distributions(staged, ctx.idle)
+    staged, distributions = _distributions(staged, ctx.idle, _queueing(ctx))
     return staged, [*counts, *distributions, engine]
+
+
+def _queueing(ctx: Context) -> bool:
+    """Whether the policy counts how long rows waited in the broker: with its distributions,
+    where it has arrival times."""
+    return ctx.distributions and ctx.arrival_time is not None
 
 
 def _counted(ctx: Context) -> list[tuple[str, int]]:
@@ -151,6 +160,13 @@ def _jvm_observation(
         }
         if ctx.distributions
         else None,
+        "queueing": {
+            "buckets": histogram_buckets_column("queueing_delay"),
+            "sum": histogram_sum_column("queueing_delay"),
+            "bounds": bounds_us("queueing_delay"),
+        }
+        if _queueing(ctx)
+        else None,
     }
     staged = staged.withColumn(EVENT, _event_time(ctx, staged))
     arguments = [
@@ -159,27 +175,33 @@ def _jvm_observation(
         F.col(EVENT),
         F.col(IDLE) if ctx.idle else F.lit(REAL).cast("long"),
         *([F.col(DELAY), F.col(LATENESS)] if ctx.distributions else []),
+        *([F.col(QUEUE)] if _queueing(ctx) else []),
     ]
     return staged, _jvm.observation(spec, *arguments).alias(STRUCT_COLUMN)
 
 
-def _distributions(staged: DataFrame, idle: bool) -> tuple[DataFrame, list[Column]]:
-    """``staged`` with the joint bucket of each row's arrival delay and lateness (computed
-    in generated code, before ``observe``), and the aggregates that count them."""
+def _distributions(staged: DataFrame, idle: bool, queueing: bool) -> tuple[DataFrame, list[Column]]:
+    """``staged`` with the joint bucket of each row's arrival delay and lateness, and with
+    ``queueing`` its queueing delay's bucket (computed in generated code, before ``observe``),
+    and the aggregates that count them."""
     from pyspark.sql import functions as F
 
     real = real_rows(idle)
-    delay, lateness = F.col(DELAY), F.col(LATENESS)
-    staged = staged.withColumns(
-        {
-            DELAY_BUCKET: histogram_index("arrival_delay", delay, real),
-            LATENESS_BUCKET: histogram_index("lateness", lateness, real),
-        }
-    ).withColumn(
+    delay, lateness, queue = F.col(DELAY), F.col(LATENESS), F.col(QUEUE)
+    buckets = {
+        DELAY_BUCKET: histogram_index("arrival_delay", delay, real),
+        LATENESS_BUCKET: histogram_index("lateness", lateness, real),
+    }
+    if queueing:
+        buckets[QUEUE_BUCKET] = histogram_index("queueing_delay", queue, real)
+    staged = staged.withColumns(buckets).withColumn(
         BUCKETS,
         joint_histogram_index(_HISTOGRAMS, [F.col(DELAY_BUCKET), F.col(LATENESS_BUCKET)]),
     )
-    return staged, joint_histogram_counts(_HISTOGRAMS, [delay, lateness], real, index=BUCKETS)
+    counts = joint_histogram_counts(_HISTOGRAMS, [delay, lateness], real, index=BUCKETS)
+    if queueing:
+        counts += histogram_counts("queueing_delay", queue, real, index=QUEUE_BUCKET)
+    return staged, counts
 
 
 # ---- histograms as Spark aggregates (the Python engine) ----------------------------------------

@@ -56,9 +56,12 @@ LATENESS_BUCKET = "wmobs__lateness_bucket"
 """The histogram bucket of DELAY and LATENESS, computed before ``observe`` counts them."""
 BUCKETS = "wmobs__buckets"
 """Both buckets in one index (:func:`wmobs.observations.joint_histogram_index`)."""
+QUEUE = "wmobs__queue_us"
+"""The micro-batch's time - arrival time (µs) of a row with an arrival time."""
+QUEUE_BUCKET = "wmobs__queue_bucket"
 EVENT = "wmobs__event_us"
 """The event time (µs) that wmobs' observation aggregate reads, computed before ``observe``."""
 INTERNAL = (
     TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS, DELAY_BUCKET,
-    LATENESS_BUCKET, BUCKETS, EVENT,
+    LATENESS_BUCKET, BUCKETS, EVENT, QUEUE, QUEUE_BUCKET,
 )  # fmt: skip

@@ -61,7 +61,7 @@ public final class Functions {
               arguments -> BatchTimes.build("wmobs_batch_timestamp", false, arguments)),
           new Definition(
               "wmobs_policy_observation",
-              "_FUNC_(spec, verdict, ts, event, idle[, delay, lateness]) - everything a time"
+              "_FUNC_(spec, verdict, ts, event, idle[, delay, lateness][, queue]) - everything a time"
                   + " policy observes in a micro-batch, as JSON.",
               ObservationAggregate.class,
               arguments -> ObservationAggregate.build("wmobs_policy_observation", arguments)),

@@ -25,7 +25,8 @@ import java.util.Arrays;
  *
  * <p>The arguments of each row: the verdict bits, the system timestamp (µs), the event time
  * (µs), the idle-timeout column ({@code -1} for a real row, a positive number of firings for a
- * synthetic one), and, with the distributions, the arrival delay and the lateness (µs). What
+ * synthetic one), with the distributions the arrival delay and the lateness (µs), and with
+ * {@code queueing} the queueing delay (µs). What
  * is counted, as the columns it replaces ({@code spec}: see {@link #of}):
  *
  * <ul>
@@ -58,7 +59,13 @@ public final class Observation implements Serializable {
   private final String[] sumColumns;
   private final long[] first;
   private final long[] second;
-  /** How many arguments the function takes: 4, or 6 with the distributions. */
+  /** The queueing delay's histogram (null: not counted), its sum, and its bounds. */
+  private final String queueColumn;
+  private final String queueSumColumn;
+  private final long[] queueBounds;
+  /** Where the queueing delay is among the arguments (-1: not counted). */
+  private final int queueArgument;
+  /** How many arguments the function takes: 4, 6 with the distributions, 7 with queueing. */
   private final int arity;
   /** The name it is registered under, shown in plans. */
   private final String name;
@@ -87,7 +94,13 @@ public final class Observation implements Serializable {
             : new String[0];
     first = distributions ? bounds(histogram.get("bounds").get(0)) : new long[0];
     second = distributions ? bounds(histogram.get("bounds").get(1)) : new long[0];
-    arity = distributions ? 6 : 4;
+    JsonNode queueing = spec.get("queueing");
+    boolean queued = queueing != null && !queueing.isNull();
+    queueColumn = queued ? queueing.get("buckets").asText() : null;
+    queueSumColumn = queued ? queueing.get("sum").asText() : null;
+    queueBounds = queued ? bounds(queueing.get("bounds")) : new long[0];
+    queueArgument = queued ? (distributions ? 6 : 4) : -1;
+    arity = 4 + (distributions ? 2 : 0) + (queued ? 1 : 0);
   }
 
   @Override
@@ -116,13 +129,14 @@ public final class Observation implements Serializable {
    * dropped_bits}, {@code dead_letters} and {@code firings} (a column name or null), {@code
    * watermark} and {@code event_time} (column names), {@code tolerance_us}, and {@code
    * histogram} (null, or {@code buckets} and {@code sums}: column names, {@code bounds}: two
-   * ascending lists of µs).
+   * ascending lists of µs), and {@code queueing} (null, or {@code buckets} and {@code sum}:
+   * column names, {@code bounds}: ascending µs).
    */
   static Observation of(JsonNode spec, String name) {
     return new Observation(spec, name);
   }
 
-  /** How many arguments the function takes after its spec: 4, or 6 with the distributions. */
+  /** How many arguments the function takes after its spec (see {@link #arity}). */
   int arity() {
     return arity;
   }
@@ -137,15 +151,17 @@ public final class Observation implements Serializable {
     Long maxTs;
     Long maxEvent;
     long[] buckets;
-    Long[] sums = new Long[2];
+    Long[] sums = new Long[3]; // delay, lateness, queueing
+    long[] queue;
     /** The bucket each histogram found last: rows of a batch tend to fall in the same one. */
-    int[] last = new int[2];
+    int[] last = new int[3];
   }
 
   State zero() {
     State state = new State();
     state.counts = new long[countBits.length];
     state.buckets = new long[bucketsColumn == null ? 0 : (first.length + 2) * (second.length + 2)];
+    state.queue = new long[queueColumn == null ? 0 : queueBounds.length + 1];
     return state;
   }
 
@@ -221,6 +237,11 @@ public final class Observation implements Serializable {
         state.sums[1] = state.sums[1] == null ? lateness : Math.addExact(state.sums[1], lateness);
       }
     }
+    if (queueColumn != null && real && !row.isNull(queueArgument)) {
+      long queued = row.get(queueArgument);
+      state.queue[state.last[2] = digit(queueBounds, queued, state.last[2])] += 1;
+      state.sums[2] = state.sums[2] == null ? queued : Math.addExact(state.sums[2], queued);
+    }
   }
 
   /** The larger of two values, either of which may be missing (null). */
@@ -245,7 +266,10 @@ public final class Observation implements Serializable {
     for (int i = 0; i < a.buckets.length; i++) {
       a.buckets[i] += b.buckets[i];
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < a.queue.length; i++) {
+      a.queue[i] += b.queue[i];
+    }
+    for (int i = 0; i < a.sums.length; i++) {
       a.sums[i] = plus(a.sums[i], b.sums[i]);
     }
     return a;
@@ -275,6 +299,15 @@ public final class Observation implements Serializable {
         columns.put(sumColumns[i], state.sums[i]);
       }
     }
+    if (queueColumn != null) {
+      ArrayNode points = columns.putArray(queueColumn);
+      for (int i = 0; i < state.queue.length; i++) {
+        if (state.queue[i] != 0) {
+          points.addObject().put("x", i).put("y", state.queue[i]);
+        }
+      }
+      columns.put(queueSumColumn, state.sums[2]);
+    }
     return columns.toString();
   }
 
@@ -291,7 +324,11 @@ public final class Observation implements Serializable {
       for (long bucket : state.buckets) {
         out.writeLong(bucket);
       }
-      for (Long value : new Long[] {state.maxTs, state.maxEvent, state.sums[0], state.sums[1]}) {
+      for (long bucket : state.queue) {
+        out.writeLong(bucket);
+      }
+      for (Long value :
+          new Long[] {state.maxTs, state.maxEvent, state.sums[0], state.sums[1], state.sums[2]}) {
         out.writeBoolean(value != null);
         out.writeLong(value == null ? 0 : value);
       }
@@ -313,7 +350,10 @@ public final class Observation implements Serializable {
       for (int i = 0; i < state.buckets.length; i++) {
         state.buckets[i] = in.readLong();
       }
-      Long[] values = new Long[4];
+      for (int i = 0; i < state.queue.length; i++) {
+        state.queue[i] = in.readLong();
+      }
+      Long[] values = new Long[5];
       for (int i = 0; i < values.length; i++) {
         boolean present = in.readBoolean();
         long value = in.readLong();
@@ -323,6 +363,7 @@ public final class Observation implements Serializable {
       state.maxEvent = values[1];
       state.sums[0] = values[2];
       state.sums[1] = values[3];
+      state.sums[2] = values[4];
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

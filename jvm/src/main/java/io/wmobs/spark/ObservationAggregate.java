@@ -11,7 +11,7 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * {@code wmobs_policy_observation(spec, verdict, ts, event, idle[, delay, lateness])}: the
+ * {@code wmobs_policy_observation(spec, verdict, ts, event, idle[, delay, lateness][, queue])}: the
  * {@link Observation} of a micro-batch, as one aggregate for {@code observe}.
  *
  * <p>Spark evaluates every aggregate of {@code observe} row by row outside the stage's

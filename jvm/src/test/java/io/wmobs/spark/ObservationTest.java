@@ -21,11 +21,14 @@ class ObservationTest {
             + " \"histogram\": {\"buckets\": \"hist:arrival_delay*lateness:buckets\","
             + " \"sums\": [\"hist:arrival_delay:sum_us\", \"hist:lateness:sum_us\"],"
             + " \"bounds\": [" + buckets.get("arrival_delay").get("bounds_us") + ", "
-            + buckets.get("lateness").get("bounds_us") + "]}}";
+            + buckets.get("lateness").get("bounds_us") + "]},"
+            + " \"queueing\": {\"buckets\": \"hist:queueing_delay:buckets\","
+            + " \"sum\": \"hist:queueing_delay:sum_us\","
+            + " \"bounds\": " + buckets.get("queueing_delay").get("bounds_us") + "}}";
     return Observation.of(JSON.readTree(spec), "wmobs_policy_observation");
   }
 
-  /** One row's arguments: verdict, ts, event, idle, delay, lateness (null: absent). */
+  /** One row's arguments: verdict, ts, event, idle, delay, lateness, queue (null: absent). */
   private static Observation.Arguments row(Long... values) {
     return new Observation.Arguments() {
       @Override
@@ -49,7 +52,8 @@ class ObservationTest {
         (long) rnd.nextInt(1_000_000_000),
         idle,
         rnd.nextInt(5) == 0 ? null : (long) (rnd.nextInt(2_000_000_000) - 1_000_000_000),
-        rnd.nextInt(5) == 0 ? null : (long) rnd.nextInt(100_000_000));
+        rnd.nextInt(5) == 0 ? null : (long) rnd.nextInt(100_000_000),
+        rnd.nextInt(5) == 0 ? null : (long) (rnd.nextInt(2_000_000_000) - 100_000_000));
   }
 
   @Test
@@ -76,9 +80,9 @@ class ObservationTest {
   void countsWhatTheSpecNames() throws Exception {
     Observation observation = observation();
     Observation.State state = observation.zero();
-    observation.reduce(state, row(4L, 100L, 100L, -1L, -400L, null)); // dropped early
-    observation.reduce(state, row(32L, 5_000L, 3_000L, -1L, 2_000L, 2_000L)); // adjusted
-    observation.reduce(state, row(0L, 9_000L, 0L, 2L, null, null)); // synthetic: 2 firings
+    observation.reduce(state, row(4L, 100L, 100L, -1L, -400L, null, 50L)); // dropped early
+    observation.reduce(state, row(32L, 5_000L, 3_000L, -1L, 2_000L, 2_000L, 7L)); // adjusted
+    observation.reduce(state, row(0L, 9_000L, 0L, 2L, null, null, 99L)); // synthetic: 2 firings
     JsonNode columns = JSON.readTree(observation.finish(state));
     assertEquals(1, columns.get("rule:early_arrival:dropped").asLong());
     assertEquals(1, columns.get("rule:out_of_order:adjusted").asLong());
@@ -88,5 +92,7 @@ class ObservationTest {
     assertEquals(3_000, columns.get("input_event_time_us").asLong()); // real rows only
     assertEquals(-400 + 2_000, columns.get("hist:arrival_delay:sum_us").asLong());
     assertEquals(2_000, columns.get("hist:lateness:sum_us").asLong());
+    assertEquals(50 + 7, columns.get("hist:queueing_delay:sum_us").asLong()); // real rows only
+    assertEquals(2, columns.get("hist:queueing_delay:buckets").get(0).get("y").asLong());
   }
 }
