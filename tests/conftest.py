@@ -14,7 +14,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
+    pyspark = pytest.importorskip("pyspark")
+    from tests.kafka import spark_kafka_jars
     from wmobs.testing import local_spark
 
     # Parquet files of pyarrow's with dates before 1582 are read as they are (Spark 4's
@@ -22,7 +23,11 @@ def spark() -> Iterator[Any]:
     rebase = {
         f"spark.sql.parquet.{kind}RebaseModeInRead": "CORRECTED" for kind in ("datetime", "int96")
     }
-    session = local_spark("wmobs-tests", conf=rebase)
+    conf = dict(rebase)
+    kafka = spark_kafka_jars(pyspark.__version__)  # Spark's Kafka source, where ./dev fetched it
+    if kafka:
+        conf["spark.jars"] = ",".join(str(jar) for jar in kafka)
+    session = local_spark("wmobs-tests", conf=conf)
     yield session
     for query in session.streams.active:
         query.stop()
@@ -54,3 +59,15 @@ def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield server
     server.process.terminate()
     server.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real one-node Kafka broker on 127.0.0.1 for this test run (``tests/kafka.py``)."""
+    from tests.kafka import BROKER, start_kafka
+
+    if not BROKER.is_dir():  # fail, never skip: ./dev test fetches the broker's jars
+        pytest.fail(f"the Kafka broker's jars are missing from {BROKER} (./dev test fetches them)")
+    broker = start_kafka(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()

@@ -459,3 +459,22 @@ def test_the_backlog_of_each_source_is_its_last_report(rec: MetricsRecorder) -> 
     assert rec.value("wmobs_source_backlog_records", **files) is None
     rec.tracker.on_terminated(rec.tracker.snapshot("q").query_id, None)  # type: ignore[union-attr]
     assert rec.value("wmobs_source_backlog_records", **source) is None
+
+
+def test_a_replayed_micro_batch_is_not_counted_twice(rec: MetricsRecorder) -> None:
+    """A restart re-runs the micro-batch whose commit was not written, under a new run id:
+    the same offsets, the same rows and verdicts. Its rows, verdicts and dead letters were
+    counted when it first ran."""
+    observed = {
+        "wmobs.policy.p": {rule_column("late_arrival", "dropped"): 2, "dead_letter_rows": 2}
+    }
+    first = rec.tracker.on_progress(progress_json(batch_id=3, rows=10, observed=observed))
+    again = rec.tracker.on_progress(
+        progress_json(batch_id=3, rows=10, observed=observed, run_id="restarted")
+    )
+    assert (first.replayed, again.replayed) == (False, True)
+    rec.tracker.on_progress(progress_json(batch_id=4, rows=5, observed=observed))
+    labels = {"query": "q", "policy": "p", "rule": "late_arrival", "action": "dropped"}
+    assert rec.value("wmobs_policy_events_total", **labels) == 4
+    assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="p") == 4
+    assert rec.value("wmobs_input_rows_total", query="q") == 15

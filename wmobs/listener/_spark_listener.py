@@ -80,6 +80,7 @@ class WmobsListener(StreamingQueryListener):
         self._log = logger if logger is not None else get_logger()
         self._on_progress = on_progress
         self._warned_columns: set[str] = set()
+        self._warned_drops: set[str] = set()
         self.errors = 0
         """Internal errors logged and swallowed so far (for tests and health checks)."""
 
@@ -146,8 +147,18 @@ class WmobsListener(StreamingQueryListener):
             watermark=format_timestamp(summary.watermark),
             delay_s=None if summary.watermark is None else round(now - summary.watermark, 3),
         )
+        if summary.replayed:
+            self._log.info(
+                "wmobs.batch_replayed",
+                query=summary.label,
+                batch=summary.batch_id,
+                note="a restart re-ran this micro-batch; its counts were counted when it first ran",
+            )
         if summary.rows_dropped_by_watermark:
-            self._log.warning(
+            # Once per query at warning (the counter and WmobsEventsDropped carry the rest).
+            first = summary.label not in self._warned_drops
+            self._warned_drops.add(summary.label)
+            (self._log.warning if first else self._log.debug)(
                 "wmobs.rows_dropped_by_watermark",
                 query=summary.label,
                 batch=summary.batch_id,

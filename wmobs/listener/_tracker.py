@@ -153,6 +153,9 @@ class BatchSummary:
     watermark: float | None
     rows_dropped_by_watermark: int
     unknown_columns: tuple[str, ...] = ()
+    replayed: bool = False
+    """The micro-batch ran before (a restart re-running it): its counts were not added
+    again."""
 
 
 def _heartbeat_rows(progress: Mapping[str, Any]) -> int:
@@ -192,13 +195,17 @@ def _operator_labels(operators: list[Mapping[str, Any]]) -> list[str]:
     return [f"{name}#{i}" for i, name in enumerate(names)]
 
 
-def _fold_operator(snap: QuerySnapshot, label: str, op: Mapping[str, Any]) -> int:
-    """Fold one ``stateOperators`` entry into ``snap``; the rows it dropped by watermark."""
+def _fold_operator(
+    snap: QuerySnapshot, label: str, op: Mapping[str, Any], *, counted: bool = True
+) -> int:
+    """Fold one ``stateOperators`` entry into ``snap``; the rows it dropped by watermark
+    (added to the counter unless ``counted`` is false: a replayed micro-batch)."""
     state = snap.operators.get(label)
     if state is None:
         state = snap.operators[label] = OperatorSnapshot()
     dropped = int(op.get("numRowsDroppedByWatermark") or 0)
-    state.rows_dropped_by_watermark += dropped
+    if counted:
+        state.rows_dropped_by_watermark += dropped
     if op.get("numRowsTotal") is not None:
         state.state_rows = int(op["numRowsTotal"])
     if op.get("memoryUsedBytes") is not None:
@@ -304,9 +311,14 @@ class Tracker:
             if progress.get("runId") is not None:
                 snap.run_id = str(progress["runId"])
             snap.active = True
-            snap.batch_id = batch_id
+            # A batch id seen before: a restart re-running a micro-batch whose commit was not
+            # written. Its rows and counts were counted when it ran first; the same offsets
+            # give the same rows and verdicts, so they are not counted twice.
+            replayed = snap.batch_id is not None and 0 <= batch_id <= snap.batch_id
+            snap.batch_id = batch_id if not replayed else snap.batch_id
             snap.batches += 1
-            snap.input_rows += rows
+            if not replayed:
+                snap.input_rows += rows
             if watermark is not None and (snap.watermark is None or watermark > snap.watermark):
                 snap.watermark = watermark
             if max_event_time is not None and (
@@ -316,9 +328,9 @@ class Tracker:
             if batch_end is not None:
                 snap.last_data_batch_end = batch_end
             for label, op in zip(labels, operators, strict=True):
-                dropped_total += _fold_operator(snap, label, op)
+                dropped_total += _fold_operator(snap, label, op, counted=not replayed)
             snap.backlogs.update(backlogs)
-            if not observed.empty:
+            if not observed.empty and not replayed:
                 _fold_observed(snap, observed)
             if duration_s is not None:
                 snap.batch_durations[bisect_left(BATCH_DURATION_BUCKETS, duration_s)] += 1
@@ -333,6 +345,7 @@ class Tracker:
             watermark=watermark,
             rows_dropped_by_watermark=dropped_total,
             unknown_columns=tuple(observed.unknown_columns),
+            replayed=replayed,
         )
 
     def on_idle(self, query_id: str) -> str | None:
