@@ -16,6 +16,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 def spark() -> Iterator[Any]:
     pyspark = pytest.importorskip("pyspark")
     from tests.kafka import spark_kafka_jars
+    from tests.object_store import hadoop_aws_jars
     from wmobs.testing import local_spark
 
     # Parquet files of pyarrow's with dates before 1582 are read as they are (Spark 4's
@@ -24,9 +25,10 @@ def spark() -> Iterator[Any]:
         f"spark.sql.parquet.{kind}RebaseModeInRead": "CORRECTED" for kind in ("datetime", "int96")
     }
     conf = dict(rebase)
-    kafka = spark_kafka_jars(pyspark.__version__)  # Spark's Kafka source, where ./dev fetched it
-    if kafka:
-        conf["spark.jars"] = ",".join(str(jar) for jar in kafka)
+    # Spark's Kafka source and Hadoop's S3A connector, where ./dev fetched them.
+    jars = [*spark_kafka_jars(pyspark.__version__), *hadoop_aws_jars()]
+    if jars:
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     session = local_spark("wmobs-tests", conf=conf)
     yield session
     for query in session.streams.active:

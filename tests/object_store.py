@@ -127,3 +127,37 @@ def start_azurite(data: Path) -> AzureServer:
         f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
     )
     return AzureServer(connection, _serve(command, port, "Azurite"))
+
+
+TOOLS = Path(__file__).resolve().parents[1] / ".tools"
+
+
+def hadoop_version() -> str | None:
+    """The Hadoop version of the installed PySpark (its ``hadoop-client-api`` jar)."""
+    import pyspark
+
+    found = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    return found[0].name[len("hadoop-client-api-") : -len(".jar")] if found else None
+
+
+def hadoop_aws_jars() -> list[Path]:
+    """Hadoop's S3A connector and the AWS SDK at PySpark's Hadoop version (fetched by
+    ``./dev`` with ``tools/maven/hadoop-aws.xml``), or [] where they are missing."""
+    version = hadoop_version()
+    folder = TOOLS / f"hadoop-aws-{version}"
+    return sorted(folder.glob("*.jar")) if version and folder.is_dir() else []
+
+
+def s3a_conf(server: S3Server) -> dict[str, str]:
+    """Hadoop's S3A settings for ``server`` (what a cluster sets as ``spark.hadoop.*``)."""
+    return {
+        "fs.s3a.endpoint": server.endpoint,
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": KEY,
+        "fs.s3a.secret.key": SECRET,
+        "fs.s3a.aws.credentials.provider": (
+            "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        ),
+    }

@@ -23,6 +23,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
+from tests.object_store import hadoop_aws_jars, s3a_conf, start_s3_server
 from tests.spark._streaming import wait_until, write_rows
 from tests.spark.test_policy_spark import (
     GLOBAL_EXPECTED,
@@ -54,9 +55,12 @@ def executor_pids(app_id: str) -> list[int]:
     ]
 
 
-def kill_one_executor_mid_stream(spark: Any, work: Path, files: int) -> dict[str, Any]:
-    """A stream of ``files`` micro-batches with every kind of dropped row, dead-lettered; one
-    executor is killed (SIGKILL) after the third micro-batch."""
+def kill_one_executor_mid_stream(
+    spark: Any, work: Path, files: int, checkpoint: str
+) -> dict[str, Any]:
+    """A stream of ``files`` micro-batches with every kind of dropped row, dead-lettered, its
+    checkpoint at ``checkpoint`` (``s3a://``); one executor is killed (SIGKILL) after the third
+    micro-batch."""
     source, sink, dead = work / "kill-in", work / "kill-out", work / "kill-dead"
     rows_in = 0
     for f in range(files):
@@ -70,7 +74,6 @@ def kill_one_executor_mid_stream(spark: Any, work: Path, files: int) -> dict[str
         write_rows(source, f"part-{f:03d}", rows)
         rows_in += len(rows)
     policy = TimePolicy(event_time="ts", arrival_time="arr", name="kill")
-    checkpoint = str(work / "kill-ckpt")
     killed: list[int] = []
     kill_now = threading.Event()
 
@@ -182,9 +185,18 @@ def idle_window_closes(spark: Any, work: Path, *, substreams: bool) -> dict[str,
 
 def main() -> None:
     os.environ["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
-    spark = local_spark("wmobs-cluster", master="local-cluster[2,1,1024]")
+    # Spark's own checkpoint of the killed stream on s3a:// (a real S3 server on 127.0.0.1):
+    # Hadoop's S3A connector on the driver's and the executors' class path (the same machine's
+    # files, not copied to each executor) and its settings as a cluster gives them.
+    s3 = start_s3_server()
+    classpath = ":".join(str(jar) for jar in hadoop_aws_jars())
+    conf = {f"spark.hadoop.{key}": value for key, value in s3a_conf(s3).items()}
+    if classpath:
+        conf |= {"spark.driver.extraClassPath": classpath}
+        conf |= {"spark.executor.extraClassPath": classpath}
+    spark = local_spark("wmobs-cluster", master="local-cluster[2,1,1024]", conf=conf)
     work = Path(tempfile.mkdtemp(prefix="wmobs-cluster-"))
-    result: dict[str, Any] = {"master": spark.sparkContext.master}
+    result: dict[str, Any] = {"master": spark.sparkContext.master, "s3a": bool(classpath)}
     try:
         result["executors"] = len(executor_pids(spark.sparkContext.applicationId))
         for row in worked_rows():
@@ -198,9 +210,13 @@ def main() -> None:
         result["substreams_exact"] = kept == expected_seconds(SUBSTREAM_EXPECTED)
         result["idle"] = idle_window_closes(spark, work, substreams=False)
         result["idle_substreams"] = idle_window_closes(spark, work, substreams=True)
-        result["kill"] = kill_one_executor_mid_stream(spark, work, files=8)
+        bucket = s3.create_bucket("wmobs-cluster")
+        checkpoint = f"s3a://{bucket}/kill-ckpt" if classpath else str(work / "kill-ckpt")
+        result["kill"] = kill_one_executor_mid_stream(spark, work, 8, checkpoint)
+        result["kill"]["checkpoint_objects"] = len(s3.objects(bucket, "kill-ckpt/offsets/"))
     finally:
         spark.stop()
+        s3.process.terminate()
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -210,10 +210,13 @@ class TimePolicy:
         :class:`wmobs.DeadLetter`); see :mod:`wmobs.deadletter`. Without it dropped rows are
         counted, not kept.
 
-        ``storage``: how wmobs reaches the checkpoint and the dead-letter directory where the
-        URI cannot say (endpoint, credentials): a :class:`wmobs.Storage`, or a dict of its
-        ``options``; default the environment's credentials. ``apply`` checks on the driver that
-        both can be reached (:class:`wmobs.StorageError` otherwise).
+        ``storage``: how the Python engine reaches the checkpoint, and wmobs' Python code a
+        dead-letter directory, where the URI cannot say (endpoint, credentials): a
+        :class:`wmobs.Storage`, or a dict of its ``options``; default the environment's
+        credentials. ``apply`` checks on the driver that what Python reads and writes can be
+        reached (:class:`wmobs.StorageError` otherwise). The JVM engine reads and writes beside
+        Spark through Hadoop with the session's configuration, as Spark writes the checkpoint
+        itself: a path Hadoop cannot reach fails the query, naming the cause.
         """
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
@@ -224,12 +227,12 @@ class TimePolicy:
                 "idle_timeout: without substream_by the idle timeout reads the query's "
                 "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
             )
+        engine = self._engine(df)
         root = checkpoint_location or _session_checkpoint_root(df)
-        if root:
+        if root and not engine.jvm:
             resolved.check(root, "checkpoint_location")
-        if sink is not None:
+        if sink is not None and not (engine.jvm and sink.written_by_hadoop):
             sink.check()
-        engine = self._engine(df, resolved)
         ctx = Context(
             name=self.state_name,
             named=self.name is not None,
@@ -248,23 +251,11 @@ class TimePolicy:
         )
         return build(ctx, df, sink)
 
-    def _engine(self, df: DataFrame, storage: Storage) -> Engine:
+    def _engine(self, df: DataFrame) -> Engine:
         """The engine for this ``apply``, logged once at info with its reason."""
         from wmobs._log import get_logger
 
-        if storage != Storage() and self.substream_by is not None and self.engine != "python":
-            # The JVM engine reaches the substreams' state through Hadoop with the session's
-            # configuration, not with fsspec's options.
-            if self.engine == "jvm":
-                raise ValueError(
-                    "engine='jvm': substreams' state is reached through Hadoop with the "
-                    "session's configuration; set the credentials as spark.hadoop.* options "
-                    "instead of storage=, or use engine='python'"
-                )
-            chosen = choose(df.sparkSession, "python")
-            engine = Engine(chosen.name, "storage= options reach the substreams' state with fsspec")
-        else:
-            engine = choose(df.sparkSession, self.engine)
+        engine = choose(df.sparkSession, self.engine)
         get_logger().info(
             "wmobs.engine", policy=self.state_name, engine=engine.name, reason=engine.reason
         )

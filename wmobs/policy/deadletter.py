@@ -103,6 +103,13 @@ class DeadLetter:
         """This destination, reached through ``storage`` unless it has its own."""
         return self if self.storage is not None else replace(self, storage=storage)
 
+    @property
+    def written_by_hadoop(self) -> bool:
+        """On the JVM engine: a Parquet directory reached with the default storage, which the
+        JVM writes through Hadoop with the session's configuration."""
+        default = self.storage is None or self.storage == Storage()
+        return self.directory is not None and self.format == "parquet" and default
+
     def check(self) -> None:
         """On the driver, before the query runs: the directory can be written to
         (:meth:`Storage.check`)."""
@@ -277,9 +284,7 @@ def dead_letter_writer(
 
     from wmobs.policy import _jvm
 
-    if sink.directory is None or sink.format != "parquet":
-        return None
-    if sink.storage is not None and sink.storage != Storage():
+    if not sink.written_by_hadoop:
         return None
     rename = rename or {}
     fields: list[dict[str, Any]] = []

@@ -1,0 +1,177 @@
+"""Spark's own checkpoint on ``s3a://`` (Hadoop's S3A connector and the AWS SDK from Maven
+Central, at PySpark's Hadoop version) against a real S3-compatible server on 127.0.0.1 (moto):
+the global policy with dead letters and an idle timeout, and substreams, on each engine. The
+JVM engine reads and writes beside Spark through Hadoop with the session's configuration; the
+Python engine through fsspec with ``storage=`` options."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wmobs
+from wmobs import DeadLetter, TimePolicy
+from wmobs.testing import iso
+
+from ._streaming import wait_until, write_rows
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id INT, EventTime TIMESTAMP, deviceId STRING"
+
+
+@pytest.fixture
+def s3a(spark: Any, s3_server: Any) -> Iterator[Any]:
+    """The session's Hadoop configured for the server, as a cluster sets it."""
+    from tests.object_store import hadoop_aws_jars, s3a_conf
+
+    if not hadoop_aws_jars():  # fail, never skip: ./dev test fetches them
+        pytest.fail("Hadoop's S3A connector is missing from .tools/ (./dev test fetches it)")
+    conf = s3a_conf(s3_server)
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    yield s3_server
+    for key in conf:
+        spark.conf.unset(key)
+
+
+def engines(spark: Any) -> list[str]:
+    return ["jvm", "python"] if int(spark.version.split(".")[0]) >= 4 else ["jvm"]
+
+
+@contextlib.contextmanager
+def running(query: Any) -> Iterator[Any]:
+    try:
+        yield query
+    finally:
+        query.stop()
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_the_policies_with_the_checkpoint_on_s3a(
+    spark: Any, s3a: Any, tmp_path: Path, engine: str
+) -> None:
+    """On each engine, a query whose checkpoint is ``s3a://``: the global policy (an early row
+    dropped and dead-lettered to ``s3a://``, a late one adjusted) with an idle timeout that
+    closes the quiet window, then substreams in a query of their own, restarted once from the
+    checkpoint (each key's state in the bucket, next to Spark's own)."""
+    from pyspark.sql import functions as F
+
+    if engine not in engines(spark):
+        pytest.skip(f"Spark {spark.version} has no Python engine")
+    bucket = s3a.create_bucket(f"wmobs-ckpt-{engine}")
+    storage = s3a.storage if engine == "python" else None
+    now = time.time()
+    window = float(int(now) // 3 * 3)
+    rows = [
+        {"id": 1, "EventTime": iso(max(window, now - 0.2)), "deviceId": "A"},
+        {"id": 2, "EventTime": iso(now + 3600), "deviceId": "A"},  # early: dropped
+        {"id": 3, "EventTime": iso(max(window, now - 0.1)), "deviceId": "B"},
+    ]
+    source = tmp_path / f"in-{engine}"
+    write_rows(source, "rows", rows)
+    checkpoint = f"s3a://{bucket}/checkpoints/global"
+    dead = f"s3a://{bucket}/dead"
+    policy = TimePolicy(
+        arrival_time=None,
+        late_arrival="10 minutes",
+        idle_timeout="1 second",
+        name=f"s3a_{engine}",
+        engine=engine,
+    )
+    stream = spark.readStream.schema(SCHEMA).json(str(source))
+    judged = policy.apply(
+        stream,
+        checkpoint_location=checkpoint,
+        dead_letter=DeadLetter(dead),
+        storage=storage,
+    )
+    name = f"s3a_global_{engine}"
+    with wmobs.attach(spark) as monitor:
+        query = (
+            judged.groupBy(F.window("system_timestamp", "3 seconds"))
+            .count()
+            .writeStream.queryName(name)
+            .format("memory")
+            .outputMode("append")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        with running(query):
+            wait_until(
+                lambda n=name: spark.sql(f"SELECT * FROM {n}").count() > 0,  # type: ignore[misc]
+                timeout=120,
+                what="the quiet window, closed by the idle timeout",
+            )
+            counted = spark.sql(f"SELECT sum(count) FROM {name}").first()[0]
+            wait_until(
+                lambda n=name: (
+                    (s := monitor.snapshot(n)) is not None  # type: ignore[misc]
+                    and (p := s.policy(policy.state_name)) is not None
+                    and p.dead_letter_rows == 1
+                )
+            )
+        assert query.exception() is None
+    assert counted == 2, engine  # the two on-time rows, in their window
+    objects = s3a.objects(bucket)
+    assert any(k.startswith("checkpoints/global/offsets/") for k in objects)  # Spark's
+    dead_files = [k for k in objects if k.startswith("dead/") and k.endswith(".parquet")]
+    assert len(dead_files) == 1, objects.keys()
+
+    # Substreams: the per-key state in the bucket, carried over a restart.
+    keyed = TimePolicy(
+        arrival_time=None,
+        late_arrival="1 hour",
+        substream_by=["deviceId"],
+        name=f"s3a_keys_{engine}",
+        engine=engine,
+    )
+    keyed_source = tmp_path / f"keys-{engine}"
+    key_checkpoint = f"s3a://{bucket}/checkpoints/keys"
+    base = now - 600
+
+    kept = tmp_path / f"kept-{engine}"  # a file sink: one that restarts
+
+    def run_keys(files: list[tuple[str, list[dict[str, Any]]]], query_name: str) -> Any:
+        for file, batch in files:
+            write_rows(keyed_source, file, batch)
+        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        out = keyed.apply(
+            stream.json(str(keyed_source)),
+            checkpoint_location=key_checkpoint,
+            storage=storage,
+        )
+        query = (
+            out.select("id", F.unix_seconds("system_timestamp").alias("s"))
+            .writeStream.queryName(query_name)
+            .format("parquet")
+            .option("checkpointLocation", key_checkpoint)
+            .trigger(processingTime="100 milliseconds")
+            .start(str(kept))
+        )
+        with running(query):
+            query.processAllAvailable()
+        assert query.exception() is None
+        return {r.id: r.s for r in spark.read.parquet(str(kept)).collect()}
+
+    first = run_keys(
+        [("1", [{"id": 1, "EventTime": iso(base + 100), "deviceId": "A"},
+                {"id": 2, "EventTime": iso(base), "deviceId": "B"}])],
+        f"s3a_keys_a_{engine}",
+    )  # fmt: skip
+    second = run_keys(
+        [("2", [{"id": 3, "EventTime": iso(base + 50), "deviceId": "A"},
+                {"id": 4, "EventTime": iso(base + 1), "deviceId": "B"}])],
+        f"s3a_keys_b_{engine}",
+    )  # fmt: skip
+    assert first == {1: int(base + 100), 2: int(base)}
+    # After the restart, 3 is behind A's maximum from before it: adjusted up to it.
+    assert second == first | {3: int(base + 100), 4: int(base + 1)}, engine
+    state = [k for k in s3a.objects(bucket) if "/wmobs/substreams/" in k]
+    assert state and all(k.startswith("checkpoints/keys/wmobs/substreams/") for k in state)
