@@ -141,10 +141,11 @@ def hadoop_version() -> str | None:
 
 
 def hadoop_aws_jars() -> list[Path]:
-    """Hadoop's S3A connector and the AWS SDK at PySpark's Hadoop version (fetched by
-    ``./dev`` with ``tools/maven/hadoop-aws.xml``), or [] where they are missing."""
+    """Hadoop's S3A connector, the AWS SDK and Hadoop's Azure connector at PySpark's Hadoop
+    version (fetched by ``./dev`` with ``tools/maven/hadoop-cloud.xml``), or [] where they are
+    missing."""
     version = hadoop_version()
-    folder = TOOLS / f"hadoop-aws-{version}"
+    folder = TOOLS / f"hadoop-cloud-{version}"
     return sorted(folder.glob("*.jar")) if version and folder.is_dir() else []
 
 
