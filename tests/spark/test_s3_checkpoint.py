@@ -183,9 +183,9 @@ def test_spark_checkpoint_on_wasbs_is_not_to_be_had_on_hadoop_3_5(
     """What fails, so that the docs can say what is untested: Hadoop 3.5 (Spark 4.2 and 4.3)
     removed the WASB driver (``hadoop-azure`` 3.5 has no ``Wasbs`` class; its file system says
     "WASB Driver ... is no longer supported"), and ABFS needs Azure's Data Lake endpoint,
-    which Azurite does not serve. Spark's checkpoint on Azure is therefore not run here; wmobs' own files on Azure
-    (the Python engine's, through adlfs) are, against Azurite (``test_storage``,
-    ``test_deadletter_spark``)."""
+    which Azurite does not serve. Spark's checkpoint on Azure is therefore not run here; wmobs'
+    own files on Azure (the Python engine's, through adlfs) are, against Azurite
+    (``test_storage``, ``test_deadletter_spark``)."""
     from tests.object_store import hadoop_version
 
     if not (hadoop_version() or "").startswith("3.5"):
