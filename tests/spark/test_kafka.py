@@ -318,3 +318,35 @@ def test_an_unreachable_broker_is_a_clear_error(spark: Any, tmp_path: Path) -> N
         query.awaitTermination(120)
         raise AssertionError("the query did not fail")
     assert query.exception() is not None
+
+
+def test_the_kafka_example_runs_as_users_would(
+    spark: Any, kafka: Any, producer: Any, tmp_path: Path
+) -> None:
+    """``examples/kafka_events.py`` against the broker, in its own process and session: every
+    record read, the early one dead-lettered, on the JVM engine, the topic's backlog read."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.kafka import spark_kafka_jars
+
+    name = topic(kafka, "example")
+    now = time.time()
+    rows = [
+        {"deviceId": f"d{i % 3}", "EventTime": time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + (3600 if i == 0 else -i))), "value": i}
+        for i in range(20)
+    ]  # fmt: skip
+    send(producer, name, rows, [int(now * 1000)] * len(rows))
+    example = Path(__file__).resolve().parents[2] / "examples" / "kafka_events.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--bootstrap", kafka.bootstrap, "--topic", name,
+         "--checkpoint", str(tmp_path / "ckpt"), "--port", "0", "--duration", "25",
+         "--jars", ",".join(str(j) for j in spark_kafka_jars(spark.version))],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "rows 20, dropped 1, dead letters 1, engine jvm" in done.stdout, done.stdout[-2000:]
+    assert "backlog {'KafkaV2[Subscribe[example]]': 0}" in done.stdout

@@ -89,7 +89,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, 
 
 
 def test_dashboard_and_alerts_against_real_prometheus(
-    spark: Any, tmp_path: Path, prometheus: Any
+    spark: Any, tmp_path: Path, prometheus: Any, kafka: Any
 ) -> None:
     from pyspark.sql import functions as F
 
@@ -120,6 +120,7 @@ def test_dashboard_and_alerts_against_real_prometheus(
                     F.lit(True),
                 ),
                 *histogram_counts("lateness", F.lit(0).cast("long"), F.lit(True)),
+                *histogram_counts("queueing_delay", F.lit(20_000).cast("long"), F.lit(True)),
             )
             .withWatermark("event_time", "5 seconds")
             .groupBy(F.window("event_time", "5 seconds"))
@@ -132,6 +133,31 @@ def test_dashboard_and_alerts_against_real_prometheus(
             .start()
         )
         queries.append(live)
+        # A query reading a Kafka topic: its source reports the backlog.
+        from kafka import KafkaProducer
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        admin.create_topics([NewTopic("e2e", num_partitions=1, replication_factor=1)])
+        admin.close()
+        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+        for i in range(5):
+            producer.send("e2e", value=str(i).encode())
+        producer.flush()
+        producer.close()
+        from_kafka = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap)
+            .option("subscribe", "e2e")
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.queryName("e2e_kafka")
+            .format("noop")
+            .option("checkpointLocation", str(tmp_path / "ckpt-kafka"))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        queries.append(from_kafka)
         # A stalled query: old event times, then no input at all.
         write_events(tmp_path / "in", 0, [time.time() - 120 + k for k in range(5)])
         stalled = windowed_query(spark, tmp_path / "in", tmp_path / "ckpt-stalled", "e2e_stalled")

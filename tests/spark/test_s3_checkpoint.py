@@ -194,3 +194,24 @@ def test_spark_checkpoint_on_wasbs_is_not_to_be_had_on_hadoop_3_5(
     checkpoint = "wasbs://c@devstoreaccount1.blob.core.windows.net/ckpt"
     with pytest.raises(Exception, match=r"Class org\.apache\.hadoop\.fs\.azure\.Wasbs not found"):
         stream.writeStream.format("noop").option("checkpointLocation", checkpoint).start()
+
+
+def test_a_missing_bucket_fails_the_query_naming_it(spark: Any, s3a: Any, tmp_path: Path) -> None:
+    """On the JVM engine the checkpoint is Hadoop's: a bucket that does not exist fails the
+    query as it starts, and the error names the bucket; nothing runs, nothing is lost."""
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    checkpoint = "s3a://wmobs-no-such-bucket/ckpt"
+    judged = TimePolicy(arrival_time=None, engine="jvm").apply(
+        stream, checkpoint_location=checkpoint
+    )
+    with pytest.raises(Exception, match="wmobs-no-such-bucket"):
+        query = (
+            judged.writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is not None
+        raise AssertionError(str(query.exception()))

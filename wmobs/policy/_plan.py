@@ -14,7 +14,7 @@ Validation and the engine's choice happen before any of this, in ``TimePolicy.ap
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wmobs.policy._context import Context
 from wmobs.policy._idle import REAL
@@ -81,27 +81,15 @@ def _dead_letters(
     large = _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
     large_types = large.lower() == "true"
     bits = (VERDICT, DROPPED_BITS, DROP_POLICIES)
-    keep = None
-    if ctx.engine.jvm:
-        keep = dead_letter_writer(
-            sink,
-            schema,
-            *bits,
-            policy=ctx.name,
-            timezone=timezone,
-            large_types=large_types,
-            rename=original,
-        )
+    options: dict[str, Any] = {
+        "policy": ctx.name,
+        "timezone": timezone,
+        "large_types": large_types,
+        "rename": original,
+    }
+    keep = dead_letter_writer(sink, schema, *bits, **options) if ctx.engine.jvm else None
     if keep is None:
-        keep = dead_letter_filter(
-            sink,
-            schema,
-            *bits,
-            policy=ctx.name,
-            timezone=timezone,
-            large_types=large_types,
-            rename=original,
-        )
+        keep = dead_letter_filter(sink, schema, *bits, **options)
     if keep is not None:
         return observed.filter(keep)
     columns = schema.names

@@ -1,0 +1,37 @@
+"""The documentation: every Python block parses, the README stays a landing page, and the site's
+pages link where they say. (``mkdocs build --strict`` in ``./dev test`` checks every link and
+the API reference; ``tests/spark/test_quickstart.py`` runs the README's quick start.)"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+_PYTHON = re.compile(r"```python\n(.*?)```", re.S)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_block_parses(page: Path) -> None:
+    for block in _PYTHON.findall(page.read_text()):
+        ast.parse(textwrap.dedent(block))  # blocks inside list items are indented
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    """Two screens: what wmobs is, install early, the quick start, links into the docs."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 350
+    install = next(i for i, line in enumerate(lines) if line.startswith("pip install"))
+    assert install < 60
+    assert any("docs/" in line for line in lines)
+
+
+def test_every_relative_link_of_the_readme_exists() -> None:
+    text = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / target).exists(), target
