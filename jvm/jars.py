@@ -59,7 +59,7 @@ def jar_name(line: str) -> str:
 
 
 def _newest_source() -> float:
-    paths = [JVM / "pom.xml", Path(__file__), ROOT / "wmobs" / "_version.py"]
+    paths = [JVM / "pom.xml", JVM / "settings.xml", Path(__file__), ROOT / "wmobs" / "_version.py"]
     for folder in (JVM / "src", REFERENCE):
         paths += [p for p in folder.rglob("*") if p.is_file()]
     return max(p.stat().st_mtime for p in paths if p.exists())
@@ -136,7 +136,8 @@ def build(lines: list[str] | None = None, *, tests: bool = True, force: bool = F
         built.append(target)
         if not force and target.is_file() and target.stat().st_mtime >= newest:
             continue
-        command = [_mvn(), "-B", "-q", "-Dstyle.color=never", "-f", str(JVM / "pom.xml")]
+        command = [_mvn(), "-B", "-q", "-Dstyle.color=never", "-gs", str(JVM / "settings.xml")]
+        command += ["-f", str(JVM / "pom.xml")]
         command.append(f"-Pspark-{line}")
         command += [f"-Drevision={version()}", "clean", "package"]
         release = LINES[line][1]

@@ -117,10 +117,10 @@ def spark_kafka_jars(spark_version: str) -> list[Path]:
     return sorted(folder.glob("*.jar")) if version and folder.is_dir() else []
 
 
-CONNECTORS = {"3.5": "3.5.8", "4.0": "4.0.4", "4.1": "4.1.3", "4.2": "4.2.0", "4.3": "4.2.0"}
-"""Per Spark line, the version of Spark's Kafka source that Maven Central has: the line's own
-(a patch release or two behind PyPI's PySpark), and for 4.3, which Maven Central does not have
-yet, 4.2's."""
+CONNECTORS = {"4.2": "4.2.0", "4.3": "4.2.0"}
+"""Per Spark line that runs the Kafka tests, the version of Spark's Kafka source to run with
+it: 4.2's own, and for 4.3, which Maven Central does not have yet, 4.2's. (Maven Central's
+connectors of the other lines lag PyPI's patch releases: 4.0.4's token provider is not there.)"""
 
 
 def connector_version(spark_version: str) -> str | None:

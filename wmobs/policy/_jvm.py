@@ -122,10 +122,17 @@ def submit_args(spark_version: str | None = None) -> list[str]:
 
 
 def extension_version(spark: Any) -> str | None:
-    """The version of wmobs' extension in ``spark`` (classic or Connect), None if it has none."""
+    """The version of wmobs' extension in ``spark`` (classic or Connect), None if it has none.
+    A classic session answers through Py4J; a Connect server runs ``wmobs_version()``."""
+    from wmobs._spark import is_connect
+
     try:
         if not spark.catalog.functionExists(VERSION_FUNCTION):
             return None
+        if not is_connect(spark):
+            release = spark._jvm.io.wmobs.spark.Functions.RELEASE
+            if isinstance(release, str):
+                return release
         return str(spark.sql(f"SELECT {VERSION_FUNCTION}()").first()[0])
     except Exception:  # a server that cannot answer: no extension to be had
         return None
