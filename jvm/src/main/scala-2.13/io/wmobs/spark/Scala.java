@@ -8,7 +8,8 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * What wmobs' Java code needs from Scala's collections, for Scala 2.13 (Spark 4). The 2.12
- * copy of this folder (Spark 3.5) has the same methods over 2.12's types: everything else is
+ * copy of this class (Spark 3.5) has the same methods over 2.12's types; the base classes in
+ * {@code scala-template} name the types as the pom's properties give them; everything else is
  * written once, against {@link java.util.List}.
  */
 final class Scala {

@@ -8,14 +8,13 @@ import org.apache.spark.sql.catalyst.expressions.codegen.ExprCode;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import scala.Enumeration;
-import scala.collection.TraversableOnce;
-import scala.collection.Seq;
+import @scala.seq@;
 
 /**
  * {@link WmobsExpression} for a generator that runs without generated code: {@link #rows} for
  * each input row, {@link #finish} when the partition ends, as Java iterators. What Scala's
- * {@code Generator} trait needs of a Java class (its initializer, its one field) is here, one
- * copy per Scala version.
+ * {@code Generator} trait needs of a Java class (its initializer, its one field) is here.
+ * (A template: Maven fills in the Scala version's collection types, see the pom.)
  */
 public abstract class WmobsGenerator extends WmobsExpression implements Generator {
   private static final long serialVersionUID = 1L;
@@ -32,12 +31,12 @@ public abstract class WmobsGenerator extends WmobsExpression implements Generato
   protected abstract Iterator<InternalRow> finish();
 
   @Override
-  public final TraversableOnce<InternalRow> eval(InternalRow row) {
+  public final @scala.once@<InternalRow> eval(InternalRow row) {
     return Scala.once(rows(row));
   }
 
   @Override
-  public final TraversableOnce<InternalRow> terminate() {
+  public final @scala.once@<InternalRow> terminate() {
     return Scala.once(finish());
   }
 

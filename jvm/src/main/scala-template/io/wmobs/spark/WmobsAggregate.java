@@ -2,26 +2,23 @@ package io.wmobs.spark;
 
 import java.util.List;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import scala.collection.immutable.IndexedSeq;
-import scala.collection.immutable.Seq;
+import org.apache.spark.sql.catalyst.expressions.aggregate.TypedImperativeAggregate;
+import @scala.indexedSeq@;
+import @scala.seq@;
 
 /**
- * What every wmobs Catalyst expression has in common: its children and the fields that
- * Catalyst's tree code reads (as a Scala case class would give them), from two Java lists.
- * Subclasses say what they are in {@link #arguments}, {@link #withArguments} and {@link
- * #fields}; this class, one copy per Scala version, speaks Scala's collections.
+ * {@link WmobsExpression} for an aggregate whose state is a Java object {@code T}: children
+ * and fields from Java lists. (A template: Maven fills in the Scala version's collection
+ * types, see the pom.)
  */
-public abstract class WmobsExpression extends Expression {
+public abstract class WmobsAggregate<T> extends TypedImperativeAggregate<T> {
   private static final long serialVersionUID = 1L;
   private transient Seq<Expression> children;
 
-  /** The children, in order. */
   protected abstract List<Expression> arguments();
 
-  /** The same expression over other children. */
   protected abstract Expression withArguments(List<Expression> arguments);
 
-  /** The fields that identify it, children included (Catalyst's {@code productElement}s). */
   protected abstract List<Object> fields();
 
   @Override

@@ -2,14 +2,15 @@ package io.wmobs.spark;
 
 import java.util.List;
 import org.apache.spark.sql.catalyst.expressions.Expression;
-import scala.collection.IndexedSeq;
-import scala.collection.Seq;
+import @scala.indexedSeq@;
+import @scala.seq@;
 
 /**
  * What every wmobs Catalyst expression has in common: its children and the fields that
  * Catalyst's tree code reads (as a Scala case class would give them), from two Java lists.
  * Subclasses say what they are in {@link #arguments}, {@link #withArguments} and {@link
- * #fields}; this class, one copy per Scala version (this one: 2.12). speaks Scala's collections.
+ * #fields}; this class speaks Scala's collections. (A template: Maven fills in the Scala
+ * version's collection types, see the pom.)
  */
 public abstract class WmobsExpression extends Expression {
   private static final long serialVersionUID = 1L;
