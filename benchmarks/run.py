@@ -342,10 +342,17 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         bucket = F.pmod(F.xxhash64("device10"), F.lit(64))
         return df.withWatermark("EventTime", "10 seconds").repartition(bucket)
 
+    def observed(df: Any, ck: str) -> Any:
+        """The baseline with one ``observe`` (a row count), as a policy's counts have."""
+        from pyspark.sql import functions as F
+
+        return df.withWatermark("EventTime", "10 seconds").observe("bench", F.count(F.lit(1)))
+
     python: dict[str, Any] = {"engine": "python"}
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "baseline + a shuffle by key bucket, no policy (diagnostic)": (shuffled, "EventTime"),
+        "baseline + one observed count, no policy (diagnostic)": (observed, "EventTime"),
         "global policy": (policy(), "system_timestamp"),
         "global policy, Python engine": (policy(**python), "system_timestamp"),
         "global policy without distributions": (
@@ -382,12 +389,15 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     return makers
 
 
-def bench_policy(rows: int, runs: int, only: list[str] | None = None) -> dict[str, Any]:
-    """A windowed aggregation alone vs behind a TimePolicy (global, substreams, dead letters)."""
+def bench_policy(
+    rows: int, runs: int, only: list[str] | None = None, configured: bool = False
+) -> dict[str, Any]:
+    """A windowed aggregation alone vs behind a TimePolicy (global, substreams, dead letters);
+    ``configured``: the session started with wmobs' extension, not given it by ``apply``."""
 
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench-policy", extension=False)  # as a user gets it
+    spark = local_spark("wmobs-bench-policy", extension=configured)  # False: as a user gets it
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
     files = 40
     schema = _policy_input(spark, work / "in", rows, files)
@@ -558,17 +568,22 @@ LATENCY_VARIANTS = (
 
 
 def bench_latency(
-    runs: int, batches: int = 25, rows_per_batch: int = 1000, extra: list[str] | None = None
+    runs: int,
+    batches: int = 25,
+    rows_per_batch: int = 1000,
+    extra: list[str] | None = None,
+    configured: bool = False,
 ) -> dict[str, Any]:
     """Added latency per micro-batch: ``batches`` micro-batches of ``rows_per_batch`` rows (one
     file each), a 10-second windowed count to the ``noop`` sink, alone and behind each policy
     variant, interleaved ``runs`` times. The trigger execution times of every micro-batch but
     each run's first (which compiles and starts Python workers) make the distributions.
-    ``extra``: more variants of the policy benchmark, after the standard ones."""
+    ``extra``: more variants of the policy benchmark, after the standard ones; ``configured``:
+    as :func:`bench_policy`."""
 
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench-latency", extension=False)  # as a user gets it
+    spark = local_spark("wmobs-bench-latency", extension=configured)  # False: as a user gets it
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-latency-"))
     schema = _policy_input(spark, work / "in", batches * rows_per_batch, batches)
     makers = _policy_makers(work)
@@ -727,6 +742,12 @@ def main() -> None:
     parser.add_argument(
         "--trigger", type=float, default=0.5, help="idle latency: trigger interval, seconds"
     )
+    parser.add_argument(
+        "--configured",
+        action="store_true",
+        help="policy, latency: start the session with the extension (wmobs.configure_spark) "
+        "instead of a plain one",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _quiet_structlog()
@@ -746,7 +767,7 @@ def main() -> None:
         result = bench_listener(args.rows, max(3, args.runs))
         _report(f"windowed aggregation, {args.rows:,} rows, 10 batches, median of runs:", result)
     if args.only in (None, "policy"):
-        result = bench_policy(args.rows, max(3, args.runs), args.variant)
+        result = bench_policy(args.rows, max(3, args.runs), args.variant, args.configured)
         _report(f"time policies before a windowed aggregation, {args.rows:,} rows:", result)
         for on, off in [
             ("global policy + idle timeout", "global policy"),
@@ -758,7 +779,8 @@ def main() -> None:
     if args.only == "breakdown":  # a diagnosis, not part of the full run
         report_breakdown(bench_breakdown(args.rows, max(3, args.runs), args.variant))
     if args.only in (None, "latency"):
-        report_latency(bench_latency(max(3, args.runs), extra=args.variant), args.plot)
+        latency = bench_latency(max(3, args.runs), extra=args.variant, configured=args.configured)
+        report_latency(latency, args.plot)
     if args.only in (None, "idle"):
         idle = bench_idle_latency(max(3, args.runs), args.trigger)
         print(
