@@ -76,6 +76,30 @@ class ProgressWaiter:
         assert ok, f"listener never saw batch {batch_id} of {label}: {self.batches}"
 
 
+def start_kept(
+    judged: Any,
+    name: str,
+    checkpoint: str,
+    *,
+    parquet: str | None = None,
+    trigger: dict[str, Any] | None = None,
+) -> Any:
+    """The worked example's output of a policy: each kept row's ``id`` and its system time in
+    seconds (``system``), to the memory sink ``name`` (or Parquet files at ``parquet``),
+    every 100 ms unless ``trigger`` says otherwise."""
+    from pyspark.sql import functions as F
+
+    writer = (
+        judged.select("id", F.unix_seconds("system_timestamp").alias("system"))
+        .writeStream.queryName(name)
+        .option("checkpointLocation", checkpoint)
+        .trigger(**(trigger or {"processingTime": "100 milliseconds"}))
+    )
+    if parquet is None:
+        return writer.format("memory").start()
+    return writer.format("parquet").start(parquet)
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
     """Poll ``predicate`` for an asynchronous listener event (termination) to arrive."""
     deadline = time.monotonic() + timeout

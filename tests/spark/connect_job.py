@@ -24,6 +24,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import wmobs
 from tests.spark._streaming import (
     ProgressWaiter,
+    start_kept,
     wait_until,
     windowed_query,
     write_events,
@@ -103,7 +104,6 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
     """DESIGN's worked example (tests/reference/worked_example.json), one event per micro-batch
     globally and all at once per device: every row's system timestamp (None: dropped), and
     the engine and counts the listener saw."""
-    from pyspark.sql import functions as F
 
     from wmobs import TimePolicy
 
@@ -141,14 +141,7 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
         stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
         judged = policy.apply(stream, checkpoint_location=checkpoint)
         name = f"connect_worked_{how}"
-        query = (
-            judged.select("id", F.unix_seconds("system_timestamp").alias("system"))
-            .writeStream.queryName(name)
-            .format("memory")
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="100 milliseconds")
-            .start()
-        )
+        query = start_kept(judged, name, checkpoint)
         query.processAllAvailable()
         query.stop()
         wait_until(lambda n=name: not monitor.snapshot(n).active)  # type: ignore[union-attr,misc]

@@ -18,7 +18,7 @@ import wmobs
 from wmobs import TimePolicy
 from wmobs.listener._observed import parse_observed_metrics
 
-from ._streaming import wait_until
+from ._streaming import start_kept, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -113,7 +113,6 @@ def test_the_worked_example_from_kafka(
     (each produced once the one before is processed); per device all at once, from three
     partitions in no particular order: both exactly as the reference cases say, on each
     engine; the queueing delay of every row counted."""
-    from pyspark.sql import functions as F
 
     rows, arrivals = worked_rows()
     for engine in engines(spark):
@@ -132,14 +131,7 @@ def test_the_worked_example_from_kafka(
             checkpoint = str(tmp_path / f"ckpt-{how}-{engine}")
             judged = policy.apply(read(spark, kafka, name), checkpoint_location=checkpoint)
             query_name = f"kafka_worked_{how}_{engine}"
-            query = (
-                judged.select("id", F.unix_seconds("system_timestamp").alias("system"))
-                .writeStream.queryName(query_name)
-                .format("memory")
-                .option("checkpointLocation", checkpoint)
-                .trigger(processingTime="100 milliseconds")
-                .start()
-            )
+            query = start_kept(judged, query_name, checkpoint)
             try:
                 if by is None:
                     for row, arrival in zip(rows, arrivals, strict=True):

@@ -27,7 +27,7 @@ from wmobs.policy import _jvm
 from wmobs.policy._observe import histogram_index, joint_histogram_counts
 from wmobs.testing import iso
 
-from ._streaming import wait_until, write_rows
+from ._streaming import start_kept, wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -71,23 +71,13 @@ def run_policy(
 ) -> tuple[dict[int, int | None], dict[tuple[str, str], int], Any]:
     """Run ``policy`` over ``source``: (id -> system seconds, policy counts, progress).
     The memory sink, or with ``parquet`` a Parquet sink there (which a restart can resume)."""
-    from pyspark.sql import functions as F
 
     reader = InMemoryMetricReader()
     checkpoint = str(work / f"ckpt-{name}")
     with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
         df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger)
         out = policy.apply(df.json(str(source)), checkpoint_location=checkpoint)
-        writer = (
-            out.select("id", F.unix_seconds("system_timestamp").alias("system"))
-            .writeStream.queryName(name)
-            .option("checkpointLocation", checkpoint)
-            .trigger(processingTime="100 milliseconds")
-        )
-        if parquet is None:
-            query = writer.format("memory").start()
-        else:
-            query = writer.format("parquet").start(str(parquet))
+        query = start_kept(out, name, checkpoint, parquet=None if parquet is None else str(parquet))
         # Not availableNow: with a ProcessingTime operator in the plan it never stops.
         query.processAllAvailable()
         query.stop()
@@ -507,7 +497,6 @@ class _RecordingSink:
 def _run_with_function_sink(
     spark: Any, policy: TimePolicy, work: Path, label: str, sink: Path
 ) -> tuple[dict[int, int | None], dict[tuple[str, str], int], Any]:
-    from pyspark.sql import functions as F
 
     name = f"variants_{label}"
     checkpoint = str(work / f"ckpt-{label}")
@@ -515,14 +504,7 @@ def _run_with_function_sink(
     with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
         stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").json(str(work / "in"))
         out = policy.apply(stream, checkpoint_location=checkpoint, dead_letter=_RecordingSink(sink))
-        query = (
-            out.select("id", F.unix_seconds("system_timestamp").alias("system"))
-            .writeStream.queryName(name)
-            .format("memory")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = start_kept(out, name, checkpoint, trigger={"availableNow": True})
         query.awaitTermination()
         wait_until(lambda: (s := monitor.snapshot(name)) is not None and not s.active)
         snap = monitor.snapshot(name)
