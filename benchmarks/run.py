@@ -77,7 +77,7 @@ def bench_event(iterations: int) -> dict[str, float]:
                 watermark=now - 30 + i,
                 event_time_max=now + i,
                 state_operators=[state_operator(rows_total=i), state_operator("dedupe")],
-                observed={"wmobs.policy.p": {"policy:late_arrival:adjusted": 3}},
+                observed={"wmobs.policy.p": {"rule:late_arrival:adjusted": 3}},
             )
         )
         for i in range(warm + iterations)
@@ -121,7 +121,7 @@ def bench_scrape(queries: int, scrapes: int = 50) -> dict[str, float]:
                 state_operators=[state_operator(rows_total=batch), state_operator("dedupe")],
                 observed={
                     "wmobs.policy.p": {
-                        "policy:late_arrival:adjusted": 3,
+                        "rule:late_arrival:adjusted": 3,
                         "dead_letter_rows": 1,
                         "idle_timeout_firings": 0,
                     }

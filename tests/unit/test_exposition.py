@@ -35,8 +35,8 @@ def _feed(listener: WmobsListener, names: list[str]) -> None:
                     ],
                     observed={
                         "wmobs.policy.p": {
-                            "policy:late_arrival:adjusted": batch,
-                            "policy:early_arrival:dropped": 1,
+                            "rule:late_arrival:adjusted": batch,
+                            "rule:early_arrival:dropped": 1,
                             "dead_letter_rows": 1,
                             "idle_timeout_firings": batch % 2,
                             "hist:lateness:buckets": [
