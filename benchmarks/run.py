@@ -16,7 +16,9 @@
    10,000 keys (Spark's default state store), each on the engine a user gets by default
    (``engine="auto"`` in a plain session: the JVM engine, loaded into the running session) and
    on the Python engine (``engine="python"``). Throughput is that of the running query (first
-   micro-batch's start to last one's end); query start-up is reported apart.
+   micro-batch's start to last one's end); query start-up is reported apart. Run the Python
+   engine's variants apart from the JVM ones (``--variant``): the Python workers they leave
+   behind for a minute slow whatever runs next to them.
 4. ``latency``: the time each micro-batch takes, 25 micro-batches of 1,000 rows (one file
    each) to a windowed count, alone and behind the global policy, the global policy with dead
    letters and substreams; p50 and p95 side by side, and with ``--plot FILE.png`` their
