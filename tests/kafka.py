@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".tools" / "kafka"
 BROKER = TOOLS / "broker"
@@ -34,12 +36,6 @@ class KafkaBroker:
             self.process.wait(timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
@@ -53,7 +49,7 @@ def start_kafka(work: Path, timeout: float = 120) -> KafkaBroker:
     assert BROKER.is_dir(), (
         f"the Kafka broker's jars are missing from {BROKER} (./dev fetches them)"
     )
-    port, controller = _free_port(), _free_port()
+    port, controller = free_port(), free_port()
     config = work / "server.properties"
     config.write_text(
         "\n".join(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port
 from wmobs import Storage
 
 KEY, SECRET = "wmobs-test-key", "wmobs-test-secret"
@@ -51,13 +52,6 @@ class S3Server:
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _serve(command: list[str], port: int, what: str, timeout: float = 60.0) -> Any:
     """Start ``command`` and wait until it accepts connections on ``port``."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -74,7 +68,7 @@ def _serve(command: list[str], port: int, what: str, timeout: float = 60.0) -> A
 
 
 def start_s3_server() -> S3Server:
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     return S3Server(f"http://127.0.0.1:{port}", _serve(command, port, "moto's S3 server"))
 
@@ -117,7 +111,7 @@ class AzureServer:
 
 
 def start_azurite(data: Path) -> AzureServer:
-    port = _free_port()
+    port = free_port()
     command = [
         str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
         "--location", str(data), "--skipApiVersionCheck", "--loose",

@@ -284,11 +284,9 @@ def test_a_replayed_batch_writes_no_dead_letter_or_count_twice(
 def test_an_unreachable_broker_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
     """Nothing listens at the broker's address: the query fails, and its error names the
     cause (Kafka's timeout), not wmobs."""
-    import socket
+    from tests.ports import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
     records = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", f"127.0.0.1:{port}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 import wmobs
+from tests.ports import free_port
 from wmobs.advise import advise, from_prometheus
 from wmobs.observations import (
     ENGINE_COLUMN,
@@ -39,12 +39,6 @@ GRAFANA_VARIABLES = {
     "$job": ".*",
     "$query": ".*",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def api(base: str, path: str, **params: str) -> Any:
