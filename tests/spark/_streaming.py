@@ -76,6 +76,12 @@ class ProgressWaiter:
         assert ok, f"listener never saw batch {batch_id} of {label}: {self.batches}"
 
 
+def engines(spark: Any) -> list[str]:
+    """The engines a time policy can run on in ``spark``'s Spark: the Python engine needs
+    Python data sources (Spark >= 4.0)."""
+    return ["jvm", "python"] if int(spark.version.split(".")[0]) >= 4 else ["jvm"]
+
+
 def start_kept(
     judged: Any,
     name: str,

@@ -18,7 +18,7 @@ import wmobs
 from wmobs import TimePolicy
 from wmobs.listener._observed import parse_observed_metrics
 
-from ._streaming import start_kept, wait_until
+from ._streaming import engines, start_kept, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -83,10 +83,6 @@ def read(spark: Any, kafka: Any, name: str, **options: str) -> Any:
     records = reader.load()
     value = F.from_json(F.col("value").cast("string"), VALUE)
     return records.select(value.alias("v"), "timestamp").select("v.*", "timestamp")
-
-
-def engines(spark: Any) -> list[str]:
-    return ["jvm", "python"] if int(spark.version.split(".")[0]) >= 4 else ["jvm"]
 
 
 def worked_rows() -> tuple[list[dict[str, Any]], list[int]]:

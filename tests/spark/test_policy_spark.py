@@ -27,7 +27,7 @@ from wmobs.policy import _jvm
 from wmobs.policy._observe import histogram_index, joint_histogram_counts
 from wmobs.testing import iso
 
-from ._streaming import start_kept, wait_until, write_rows
+from ._streaming import engines, start_kept, wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -181,7 +181,7 @@ def on(engine: str, policy: TimePolicy) -> TimePolicy:
 def needs_python_engine(spark: Any) -> None:
     """Skips a test that needs the Python engine where Spark has none (3.5: no Python data
     sources; ``test_an_engine_that_cannot_run_is_an_error`` checks that it says so)."""
-    if int(spark.version.split(".")[0]) < 4:
+    if "python" not in engines(spark):
         pytest.skip(f"Spark {spark.version} has no Python engine")
 
 

@@ -18,7 +18,7 @@ import wmobs
 from wmobs import DeadLetter, TimePolicy
 from wmobs.testing import iso
 
-from ._streaming import wait_until, write_rows
+from ._streaming import engines, wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -38,10 +38,6 @@ def s3a(spark: Any, s3_server: Any) -> Iterator[Any]:
     yield s3_server
     for key in conf:
         spark.conf.unset(key)
-
-
-def engines(spark: Any) -> list[str]:
-    return ["jvm", "python"] if int(spark.version.split(".")[0]) >= 4 else ["jvm"]
 
 
 @contextlib.contextmanager
