@@ -315,10 +315,10 @@ class Tracker:
             # written. Its rows and counts were counted when it ran first; the same offsets
             # give the same rows and verdicts, so they are not counted twice.
             replayed = snap.batch_id is not None and 0 <= batch_id <= snap.batch_id
-            snap.batch_id = batch_id if not replayed else snap.batch_id
-            snap.batches += 1
             if not replayed:
+                snap.batch_id = batch_id
                 snap.input_rows += rows
+            snap.batches += 1
             if watermark is not None and (snap.watermark is None or watermark > snap.watermark):
                 snap.watermark = watermark
             if max_event_time is not None and (
