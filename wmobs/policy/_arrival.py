@@ -1,11 +1,14 @@
-"""The arrival policies (invalid time, early and late arrival) as stateless Column
-expressions, which both engines share, and the batch's times they need: read in every task by
-wmobs' JVM functions, or once per micro-batch by a Python data source broadcast into the plan.
+"""The arrival policies (invalid time, early and late arrival), and the batch's times they
+need. On the JVM engine, wmobs' ``wmobs_judge`` (``PolicyRules.java``) judges each row, one
+small expression per field of its judgement, the global policy's out of order with it, and the
+batch's times are read in every task; on the Python engine the rules are Column expressions and
+the batch's times are read once per micro-batch by a Python data source broadcast into the plan.
+Both answer to the reference cases in ``tests/reference/``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wmobs.policy._context import Context
 from wmobs.policy._verdicts import (
@@ -15,19 +18,22 @@ from wmobs.policy._verdicts import (
     DROPPED_BITS,
     EARLY_ADJUSTED,
     EARLY_DROPPED,
+    EVENT,
     INVALID_DROPPED,
     LATE_ADJUSTED,
     LATE_DROPPED,
+    LATENESS,
     QUEUE,
     TS,
     VERDICT,
+    VERDICT_BITS,
     WATERMARK,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["event_micros", "judge_arrival", "replace"]
+__all__ = ["event_micros", "judge_arrival", "judge_jvm", "replace"]
 
 
 def event_micros(ctx: Context, df: DataFrame) -> Column:
@@ -54,9 +60,11 @@ def _arrival_micros(ctx: Context) -> Column:
 
 def judge_arrival(ctx: Context, df: DataFrame) -> DataFrame:
     """``df`` with its event and arrival times (µs) and the batch's times joined in, judged
-    by the arrival policies."""
+    by the arrival policies (out of order comes after, per key)."""
     from pyspark.sql import functions as F
 
+    if ctx.engine.jvm:
+        return judge_jvm(ctx, df, out_of_order=False)
     staged = df.select(
         *[F.col(f"`{c}`") for c in df.columns],
         event_micros(ctx, df).alias(TS),
@@ -66,8 +74,52 @@ def judge_arrival(ctx: Context, df: DataFrame) -> DataFrame:
     return _arrival_policies(ctx, staged, F.col(BATCH_TIME) * F.lit(1000))
 
 
+def judge_jvm(ctx: Context, df: DataFrame, *, out_of_order: bool) -> DataFrame:
+    """``df`` judged by wmobs' ``PolicyRules`` (the JVM engine): the arrival policies, and with
+    ``out_of_order`` the global policy's out of order against the batch's watermark. Adds the
+    row's event time (:data:`EVENT`), system timestamp, verdict, arrival and queueing delays,
+    and with ``out_of_order`` its lateness, else its arrival time (the batch's where it has
+    none) for the per-key judge."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy import _jvm
+
+    checkpoint = ctx.checkpoint or ""
+    no_time = F.lit(None).cast("long")
+    staged = df.select(
+        *[F.col(f"`{c}`") for c in df.columns],
+        event_micros(ctx, df).alias(EVENT),
+        _arrival_micros(ctx).alias(ARRIVAL),
+        (_jvm.batch_time(checkpoint, watermark=True) if out_of_order else no_time).alias(WATERMARK),
+        _jvm.batch_time(checkpoint, watermark=False).alias(BATCH_TIME),
+    )
+    times = [F.col(EVENT), F.col(ARRIVAL), F.col(WATERMARK), F.col(BATCH_TIME)]
+    spec = _rules_spec(ctx, out_of_order)
+    fields = {TS: "system", VERDICT: "verdict", DELAY: "delay", QUEUE: "queue"}
+    fields |= {LATENESS: "lateness"} if out_of_order else {ARRIVAL: "arrival"}
+    judged = {column: _jvm.judge({**spec, "field": f}, *times) for column, f in fields.items()}
+    out = replace(staged, judged).drop(WATERMARK, BATCH_TIME)
+    return out.drop(ARRIVAL) if out_of_order else out
+
+
+def _rules_spec(ctx: Context, out_of_order: bool) -> dict[str, Any]:
+    """The settings of ``PolicyRules``: the tolerances (µs), actions and verdict bits."""
+    tolerances = ctx.tolerances
+    early = ctx.early_arrival_action
+    return {
+        "early_arrival_us": tolerances.early_arrival_us if early is not None else None,
+        "early_arrival_drop": early == "drop",
+        "late_arrival_us": tolerances.late_arrival_us,
+        "late_arrival_drop": ctx.late_arrival_action == "drop",
+        "out_of_order_us": tolerances.out_of_order_us if out_of_order else None,
+        "out_of_order_drop": ctx.out_of_order_action == "drop",
+        "bits": [[rule, action, bit] for (rule, action), bit in VERDICT_BITS.items()],
+    }
+
+
 def _arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFrame:
-    """Invalid time, early and late arrival: stateless Column expressions (JVM only).
+    """Invalid time, early and late arrival: stateless Column expressions (the Python engine;
+    the JVM engine's are ``PolicyRules.java``).
     ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""
     from pyspark.sql import functions as F
 
@@ -95,22 +147,11 @@ def _arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFr
 
 
 def _join_batch_times(ctx: Context, df: DataFrame) -> DataFrame:
-    """The micro-batch's watermark and timestamp on every row, read from the checkpoint: on the
-    JVM engine by wmobs' functions in every task (no job, no broadcast, no join); on the
-    Python engine once per batch by a Python data source, broadcast (a Spark job of its own in
-    every micro-batch, 23-42 ms of a small one)."""
+    """The micro-batch's watermark and timestamp on every row, read from the checkpoint once
+    per batch by a Python data source, broadcast (the Python engine: a Spark job of its own in
+    every micro-batch, 23-42 ms of a small one; the JVM engine reads them in every task)."""
     from pyspark.sql import functions as F
 
-    if ctx.engine.jvm:
-        from wmobs.policy import _jvm
-
-        checkpoint = ctx.checkpoint or ""
-        return df.withColumns(
-            {
-                WATERMARK: _jvm.batch_time(checkpoint, watermark=True),
-                BATCH_TIME: _jvm.batch_time(checkpoint, watermark=False),
-            }
-        )
     from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
 
     spark = df.sparkSession

@@ -11,6 +11,8 @@ Spark Connect too:
 - ``wmobs_version()``: the extension's version (the package checks it is its own);
 - ``wmobs_batch_watermark(checkpoint)``, ``wmobs_batch_timestamp(checkpoint)``: the running
   micro-batch's watermark and timestamp (ms), read in every task from the checkpoint;
+- ``wmobs_judge(spec, event_us, arrival_us, watermark_ms, batch_ms)``: one field of a row's
+  judgement by the policy's stateless rules (``PolicyRules.java``);
 - ``wmobs_policy_observation(spec, ...)``: everything a policy observes, one aggregate;
 - ``wmobs_dead_letters(spec, row)``: a dropped row written to its task's Parquet file;
 - ``wmobs_substreams(spec, c0, c1, ...)``: substreams' per-key judge, a generator.
@@ -38,6 +40,7 @@ __all__ = [
     "dead_letters",
     "extension_version",
     "jar",
+    "judge",
     "load",
     "observation",
     "spark_line",
@@ -194,6 +197,12 @@ def batch_time(checkpoint: str, *, watermark: bool) -> Any:
     a named query's)."""
     name = "wmobs_batch_watermark" if watermark else "wmobs_batch_timestamp"
     return call(name, checkpoint)
+
+
+def judge(spec: Mapping[str, Any], *times: Any) -> Any:
+    """``PolicyRules``: the field of a row's judgement that ``spec`` names, from its event and
+    arrival times (µs) and the batch's watermark and timestamp (ms)."""
+    return call("wmobs_judge", spec, *times)
 
 
 def observation(spec: Mapping[str, Any], *arguments: Any) -> Any:

@@ -168,7 +168,8 @@ def _jvm_observation(
         if _queueing(ctx)
         else None,
     }
-    staged = staged.withColumn(EVENT, _event_time(ctx, staged))
+    if EVENT not in staged.columns:
+        staged = staged.withColumn(EVENT, _event_time(ctx, staged))
     arguments = [
         F.col(VERDICT),
         F.col(TS),

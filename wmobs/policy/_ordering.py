@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wmobs.policy._arrival import judge_arrival, replace
+from wmobs.policy._arrival import judge_arrival, judge_jvm, replace
 from wmobs.policy._context import Context
 from wmobs.policy._heartbeat import with_heartbeat
 from wmobs.policy._verdicts import (
@@ -33,6 +33,18 @@ __all__ = ["global_out_of_order", "substream_out_of_order"]
 def global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     """The arrival policies, then out of order against the micro-batch's watermark (Spark's own
     semantics: the largest system timestamp of earlier batches minus the tolerance)."""
+    if ctx.engine.jvm:
+        judged = judge_jvm(ctx, df, out_of_order=True)
+    else:
+        judged = _python_global_out_of_order(ctx, df)
+    if ctx.idle:
+        judged = with_heartbeat(ctx, judged, ctx.checkpoint)
+    return judged
+
+
+def _python_global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
+    """Out of order against the batch's watermark as Column expressions (the Python engine;
+    the JVM engine's are ``PolicyRules.java``)."""
     from pyspark.sql import functions as F
 
     df = judge_arrival(ctx, df)
@@ -49,10 +61,7 @@ def global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     }
     if not drop:
         replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
-    judged = replace(df, replaced).drop(WATERMARK, BATCH_TIME)
-    if ctx.idle:
-        judged = with_heartbeat(ctx, judged, ctx.checkpoint)
-    return judged
+    return replace(df, replaced).drop(WATERMARK, BATCH_TIME)
 
 
 def _spec(ctx: Context) -> dict[str, Any]:

@@ -60,6 +60,12 @@ public final class Functions {
               BatchTimes.class,
               arguments -> BatchTimes.build("wmobs_batch_timestamp", false, arguments)),
           new Definition(
+              "wmobs_judge",
+              "_FUNC_(spec, event_us, arrival_us, watermark_ms, batch_ms) - one field of a row's"
+                  + " judgement by a time policy's stateless rules (the spec names it).",
+              PolicyRules.class,
+              arguments -> PolicyRules.build("wmobs_judge", arguments)),
+          new Definition(
               "wmobs_policy_observation",
               "_FUNC_(spec, verdict, ts, event, idle[, delay, lateness][, queue]) - everything a time"
                   + " policy observes in a micro-batch, as JSON.",

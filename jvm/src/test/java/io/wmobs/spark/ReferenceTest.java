@@ -99,6 +99,89 @@ class ReferenceTest {
     }
   }
 
+  /** The verdict bits of {@code wmobs/policy/_verdicts.py}, as the Python engine sends them. */
+  private static final Map<String, Integer> BITS =
+      Map.of(
+          "invalid_time.dropped", 1, "early_arrival.adjusted", 2, "early_arrival.dropped", 4,
+          "late_arrival.adjusted", 8, "late_arrival.dropped", 16, "out_of_order.adjusted", 32,
+          "out_of_order.dropped", 64);
+
+  private static long judge(PolicyRules rules, PolicyRules.Field field, long event, long arrival,
+      long watermarkMs) {
+    return rules.judge(field.ordinal(), event, arrival, watermarkMs, arrival / 1000);
+  }
+
+  /**
+   * The global policy's stateless rules (the JVM engine's {@link PolicyRules}): the arrival
+   * policies of every event, and out of order with one event per micro-batch, each judged
+   * against the watermark of those before it.
+   */
+  @Test
+  void workedExampleByTheStatelessRules() throws IOException {
+    JsonNode reference = load("worked_example.json");
+    JsonNode tolerances = reference.get("tolerances_s");
+    long early = tolerances.get("early_arrival").asLong() * 1_000_000L;
+    long late = tolerances.get("late_arrival").asLong() * 1_000_000L;
+    long outOfOrder = tolerances.get("out_of_order").asLong() * 1_000_000L;
+    PolicyRules arrivalOnly =
+        new PolicyRules(early, true, late, false, PolicyRules.NULL, false, BITS);
+    PolicyRules global = new PolicyRules(early, true, late, false, outOfOrder, false, BITS);
+    long largest = PolicyRules.NULL;
+    for (JsonNode event : reference.get("events")) {
+      String what = "#" + event.get("id").asText();
+      long time = event.get("event_us").asLong();
+      long arrival = event.get("arrival_us").asLong();
+      long verdict = judge(arrivalOnly, PolicyRules.Field.VERDICT, time, arrival, PolicyRules.NULL);
+      String rule = event.get("arrival_rule").asText(null);
+      long expected =
+          rule == null ? 0 : BITS.get(rule + "." + event.get("arrival_action").asText());
+      assertEquals(expected, verdict, what);
+      assertEquals(
+          event.get("after_arrival_us").asLong(),
+          judge(arrivalOnly, PolicyRules.Field.SYSTEM, time, arrival, PolicyRules.NULL),
+          what);
+      assertEquals(
+          arrival - time, judge(global, PolicyRules.Field.DELAY, time, arrival, PolicyRules.NULL));
+
+      long mark = largest == PolicyRules.NULL ? PolicyRules.NULL : (largest - outOfOrder) / 1000;
+      JsonNode want = reference.get("global").get(event.get("id").asText());
+      long system = judge(global, PolicyRules.Field.SYSTEM, time, arrival, mark);
+      long bits = judge(global, PolicyRules.Field.VERDICT, time, arrival, mark);
+      long lateness = judge(global, PolicyRules.Field.LATENESS, time, arrival, mark);
+      if (want.get("system_us").isNull()) {
+        assertEquals(BITS.get("early_arrival.dropped"), (int) bits, what);
+        assertEquals(PolicyRules.NULL, lateness, what);
+        continue;
+      }
+      assertEquals(want.get("system_us").asLong(), system, what);
+      assertEquals(want.get("out_of_order").asBoolean(), (bits & OOO_ADJUSTED) != 0, what);
+      assertEquals(want.get("lateness_us").asLong(), lateness, what);
+      largest = largest == PolicyRules.NULL ? system : Math.max(largest, system);
+    }
+  }
+
+  @Test
+  void nullTimesAndTheBatchTimeStandingInForArrival() {
+    PolicyRules rules = new PolicyRules(PolicyRules.NULL, false, 5, true, 0, true, BITS);
+    long none = PolicyRules.NULL;
+    int verdict = PolicyRules.Field.VERDICT.ordinal();
+    // No event time: invalid, dropped, no system timestamp, delay or lateness.
+    assertEquals(1, rules.judge(verdict, none, 100, none, 1));
+    assertEquals(none, rules.judge(PolicyRules.Field.SYSTEM.ordinal(), none, 100, none, 1));
+    assertEquals(none, rules.judge(PolicyRules.Field.DELAY.ordinal(), none, 100, none, 1));
+    assertEquals(none, rules.judge(PolicyRules.Field.LATENESS.ordinal(), none, 100, none, 1));
+    // No arrival time: the batch's (1 ms) stands in; no queueing delay.
+    assertEquals(1000, rules.judge(PolicyRules.Field.ARRIVAL.ordinal(), 10, none, none, 1));
+    assertEquals(none, rules.judge(PolicyRules.Field.QUEUE.ordinal(), 10, none, none, 1));
+    assertEquals(990, rules.judge(PolicyRules.Field.DELAY.ordinal(), 10, none, none, 1));
+    assertEquals(16, rules.judge(verdict, 10, none, none, 1)); // 10 < 1000 - 5: late, dropped
+    assertEquals(200, rules.judge(PolicyRules.Field.QUEUE.ordinal(), 990, 800, none, 1));
+    // Behind the watermark (1 ms), dropped; a late row is not judged again.
+    assertEquals(64, rules.judge(verdict, 999, 1000, 1, 1));
+    assertEquals(none, rules.judge(PolicyRules.Field.LATENESS.ordinal(), 10, none, 1, 1));
+    assertEquals(1, rules.judge(PolicyRules.Field.LATENESS.ordinal(), 999, 1000, 1, 1));
+  }
+
   @Test
   void randomStreamsOfManyKeys() throws IOException {
     for (JsonNode c : load("substream_streams.json").get("cases")) {
