@@ -353,6 +353,18 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return df.withWatermark("EventTime", "10 seconds").observe("bench", F.count(F.lit(1)))
 
+    def passing_through(df: Any, ck: str) -> Any:
+        """Substreams of 10 keys with the per-key judge passing every row through as it is (no
+        buffer, no state, no judging): what the rest of substreams' plan costs."""
+        from wmobs.policy import _ordering
+
+        spec = _ordering._spec
+        _ordering._spec = lambda ctx: {**spec(ctx), "pass_through": True}
+        try:
+            return policy(substream_by=["device10"], name="keys10_pass")(df, ck)
+        finally:
+            _ordering._spec = spec
+
     python: dict[str, Any] = {"engine": "python"}
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
@@ -384,6 +396,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         ),
         "substreams, 10,000 keys, Python engine": (
             policy(substream_by=["device10k"], name="keys10k_python", **python),
+            "system_timestamp",
+        ),
+        "substreams, 10 keys, the judge passing rows through (diagnostic)": (
+            passing_through,
             "system_timestamp",
         ),
         "substreams, 10 keys + idle timeout": (
