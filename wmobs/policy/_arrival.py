@@ -33,7 +33,7 @@ from wmobs.policy._verdicts import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["event_micros", "judge_arrival", "judge_jvm", "replace"]
+__all__ = ["arrival_policies", "event_micros", "judge_arrival", "judge_jvm", "replace"]
 
 
 def event_micros(ctx: Context, df: DataFrame) -> Column:
@@ -71,7 +71,7 @@ def judge_arrival(ctx: Context, df: DataFrame) -> DataFrame:
         _arrival_micros(ctx).alias(ARRIVAL),
     )
     staged = _join_batch_times(ctx, staged)
-    return _arrival_policies(ctx, staged, F.col(BATCH_TIME) * F.lit(1000))
+    return arrival_policies(ctx, staged, F.col(BATCH_TIME) * F.lit(1000))
 
 
 def judge_jvm(ctx: Context, df: DataFrame, *, out_of_order: bool) -> DataFrame:
@@ -117,7 +117,7 @@ def _rules_spec(ctx: Context, out_of_order: bool) -> dict[str, Any]:
     }
 
 
-def _arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFrame:
+def arrival_policies(ctx: Context, df: DataFrame, batch_time: Column) -> DataFrame:
     """Invalid time, early and late arrival: stateless Column expressions (the Python engine;
     the JVM engine's are ``PolicyRules.java``).
     ``batch_time``: the micro-batch's timestamp (µs), for rows without an arrival time."""

@@ -27,7 +27,7 @@ from wmobs.policy._verdicts import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["global_out_of_order", "substream_out_of_order"]
+__all__ = ["global_out_of_order", "out_of_order_against_watermark", "substream_out_of_order"]
 
 
 def global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
@@ -43,11 +43,16 @@ def global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
 
 
 def _python_global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
-    """Out of order against the batch's watermark as Column expressions (the Python engine;
-    the JVM engine's are ``PolicyRules.java``)."""
+    """The arrival policies, then out of order against the batch's watermark, as Column
+    expressions (the Python engine; the JVM engine's are ``PolicyRules.java``)."""
+    return out_of_order_against_watermark(ctx, judge_arrival(ctx, df)).drop(WATERMARK, BATCH_TIME)
+
+
+def out_of_order_against_watermark(ctx: Context, df: DataFrame) -> DataFrame:
+    """Out of order of ``df``'s rows, judged by the arrival policies, against its
+    :data:`WATERMARK` column (ms): the Python engine's rule, Column expressions."""
     from pyspark.sql import functions as F
 
-    df = judge_arrival(ctx, df)
     mark = F.col(WATERMARK) * F.lit(1000)
     candidate = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) == 0
     behind = candidate & mark.isNotNull() & (F.col(TS) < mark)
@@ -61,7 +66,7 @@ def _python_global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     }
     if not drop:
         replaced[TS] = F.when(behind, mark).otherwise(F.col(TS))
-    return replace(df, replaced).drop(WATERMARK, BATCH_TIME)
+    return replace(df, replaced)
 
 
 def _spec(ctx: Context) -> dict[str, Any]:
