@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -85,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait(args.duration)
     query.stop()
+    # The listener hears of the query's end after its last progress event: wait for that.
+    deadline = time.monotonic() + 30
     snap = monitor.snapshot("device_events")
+    while (snap is None or snap.active) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        snap = monitor.snapshot("device_events")
     counted = None if snap is None else snap.policy("device_events")
     if snap is not None and counted is not None:
         dropped = sum(n for (_, action), n in counted.events.items() if action == "dropped")
