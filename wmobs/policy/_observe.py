@@ -139,8 +139,9 @@ def _jvm_observation(
     (:data:`~wmobs.observations.STRUCT_COLUMN`), counted by one aggregate of wmobs' extension,
     and ``staged`` with what it reads.
 
-    Its arguments are plain columns (the event time one more, computed in the stage's generated
-    code): the aggregate reads those in place, and would evaluate anything else row by row."""
+    Its arguments are plain columns, the event time too (:data:`EVENT`, which the JVM engine's
+    rules stage adds): the aggregate reads those in place, and would evaluate anything else row
+    by row."""
     from pyspark.sql import functions as F
 
     from wmobs.policy import _jvm
@@ -168,8 +169,6 @@ def _jvm_observation(
         if _queueing(ctx)
         else None,
     }
-    if EVENT not in staged.columns:
-        staged = staged.withColumn(EVENT, _event_time(ctx, staged))
     arguments = [
         F.col(VERDICT),
         F.col(TS),
