@@ -12,13 +12,15 @@ Run it next to a broker, with Spark's Kafka source of your Spark version on the 
         --checkpoint /tmp/kafka-events --jars spark-sql-kafka-0-10_2.13-4.2.0.jar,...
 
 Records look like ``{"deviceId": "d1", "EventTime": "2026-11-25T12:00:00.250Z", "value": 1.5}``.
-``--duration`` stops it after so many seconds (the tests do); without it, Ctrl-C.
+``--duration`` stops it after so many seconds, ``--until-rows`` once it has read so many
+records (the tests do); without either, Ctrl-C. A query that fails ends the job with its error.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import threading
 import time
 
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jars", default="", help="Spark's Kafka source and its dependencies")
     parser.add_argument("--port", type=int, default=9464, help="metrics port (0: a free one)")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds")
+    parser.add_argument("--until-rows", type=int, default=None, help="stop once N rows are read")
     args = parser.parse_args(argv)
 
     builder = SparkSession.builder.appName("kafka-events")
@@ -84,8 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait(args.duration)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    while not stop.wait(0.2) and query.isActive:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        seen = monitor.snapshot("device_events")
+        if args.until_rows is not None and seen and seen.input_rows >= args.until_rows:
+            break
     query.stop()
+    if query.exception() is not None:
+        print(f"the query failed: {query.exception()}", file=sys.stderr, flush=True)
+        monitor.close()
+        spark.stop()
+        return 1
     # The listener hears of the query's end after its last progress event: wait for that.
     deadline = time.monotonic() + 30
     snap = monitor.snapshot("device_events")
@@ -101,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             f"backlog {dict(snap.backlogs)}",
             flush=True,
         )
+    else:
+        print("no micro-batch finished", flush=True)
     monitor.close()
     spark.stop()
     return 0

@@ -328,7 +328,8 @@ def test_the_kafka_example_runs_as_users_would(
     example = Path(__file__).resolve().parents[2] / "examples" / "kafka_events.py"
     done = subprocess.run(
         [sys.executable, str(example), "--bootstrap", kafka.bootstrap, "--topic", name,
-         "--checkpoint", str(tmp_path / "ckpt"), "--port", "0", "--duration", "25",
+         "--checkpoint", str(tmp_path / "ckpt"), "--port", "0", "--until-rows", "20",
+         "--duration", "300",
          "--jars", ",".join(str(j) for j in spark_kafka_jars(spark.version))],
         capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
