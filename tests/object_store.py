@@ -110,8 +110,15 @@ class AzureServer:
         }
 
 
-def start_azurite(data: Path) -> AzureServer:
-    port = free_port()
+WASB_EMULATOR_PORT = 10000
+"""Where Hadoop's WASB driver reaches Azure's storage emulator: in its emulator mode
+(``fs.azure.storage.emulator.account.name``) Azure's legacy SDK connects to
+``127.0.0.1:10000`` and nowhere else."""
+
+
+def start_azurite(data: Path, port: int | None = None) -> AzureServer:
+    """Azurite's blob service on ``port`` of 127.0.0.1 (default: a free one)."""
+    port = port or free_port()
     command = [
         str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
         "--location", str(data), "--skipApiVersionCheck", "--loose",
@@ -134,10 +141,22 @@ def hadoop_version() -> str | None:
     return found[0].name[len("hadoop-client-api-") : -len(".jar")] if found else None
 
 
+def hadoop_has_wasb() -> bool:
+    """Whether PySpark's Hadoop has the WASB driver (``wasb[s]://``), which Hadoop 3.5 removed."""
+    version = hadoop_version()
+    return version is not None and tuple(int(p) for p in version.split(".")[:2]) < (3, 5)
+
+
+def wasb_conf() -> dict[str, str]:
+    """Hadoop's WASB settings for Azurite on :data:`WASB_EMULATOR_PORT` (the development
+    account as the storage emulator)."""
+    return {"fs.azure.storage.emulator.account.name": f"{ACCOUNT}.blob.core.windows.net"}
+
+
 def hadoop_aws_jars() -> list[Path]:
-    """Hadoop's S3A connector, the AWS SDK and Hadoop's Azure connector at PySpark's Hadoop
-    version (fetched by ``./dev`` with ``tools/maven/hadoop-cloud.xml``), or [] where they are
-    missing."""
+    """Hadoop's S3A connector, the AWS SDK and Hadoop's Azure connector (with what its WASB
+    driver needs) at PySpark's Hadoop version (fetched by ``./dev`` with
+    ``tools/maven/hadoop-cloud.xml``), or [] where they are missing."""
     version = hadoop_version()
     folder = TOOLS / f"hadoop-cloud-{version}"
     return sorted(folder.glob("*.jar")) if version and folder.is_dir() else []

@@ -158,7 +158,8 @@ def test_apply_checks_where_it_reads_and_writes_on_the_driver(
     """Bad storage for what Python reads and writes is one clear error from ``apply``, never
     a traceback from an executor: the Python engine's checkpoint, and a dead-letter directory
     that Python writes (with ``storage=`` options) on either engine. (The JVM engine reaches
-    the checkpoint through Hadoop, as Spark does: ``test_s3_checkpoint`` checks its error.)"""
+    the checkpoint through Hadoop, as Spark does: ``test_object_store_checkpoint`` checks its
+    error.)"""
     (tmp_path / "in").mkdir()
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
     policy = TimePolicy(event_time="ts", arrival_time="arr")

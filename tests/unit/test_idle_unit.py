@@ -42,6 +42,27 @@ def test_ticks_wait_for_idleness_and_the_interval() -> None:
     assert default_check_interval_ms(3600 * S) == 5 * S
 
 
+def test_the_heartbeat_reader_answers_both_of_sparks_calls() -> None:
+    """Spark 4.2 on calls ``latestOffset(start, limit)`` where the reader's signature takes
+    them; Spark 4.0 and 4.1 call ``latestOffset()`` (the reader once took only the former,
+    and the Python engine's idle timeout failed on those lines). Without arguments the start
+    is the offset the reader gave last."""
+    import inspect
+
+    pytest.importorskip("pyarrow")
+    from wmobs.policy._idle_source import _Reader
+
+    options = {"mode": "substreams", "timeout_ms": "1000", "interval_ms": str(3600 * S)}
+    assert inspect.signature(_Reader(options).latestOffset).parameters  # 4.2's convention
+    old = _Reader(options)  # 4.0's and 4.1's
+    first = old.latestOffset()
+    assert first[TICK] > 0  # due at once after the initial offset
+    assert old.latestOffset() == first  # the interval has not passed since: no new tick
+    new = _Reader(options)
+    assert new.latestOffset({TICK: 0}, None)[TICK] > 0
+    assert new.latestOffset(first, None) == first
+
+
 def synthetic(
     start: dict[str, int], end: dict[str, int], watermark: int | None, delay: int
 ) -> tuple[int, int] | None:

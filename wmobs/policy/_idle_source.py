@@ -55,11 +55,23 @@ class _Reader(DataSourceStreamReader):
         self.buckets = int(options.get("buckets", "0"))
         self._activity: InputActivity | None = None
         self._next_refresh = 0
+        self._latest: dict[str, Any] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         return {TICK: 0}
 
-    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
+        """The latest tick after ``start``. Spark 4.2 on passes ``start`` (the end of the last
+        micro-batch) and a read limit, which a heartbeat has no use for; Spark 4.0 and 4.1 pass
+        nothing, and the start is then the offset this reader gave last."""
+        if start is None:
+            start = self.initialOffset() if self._latest is None else self._latest
+        self._latest = self._latest_after(start)
+        return self._latest
+
+    def _latest_after(self, start: dict[str, Any]) -> dict[str, Any]:
         now_ms = int(time.time() * 1000)
         if now_ms - int(start.get(TICK, 0)) < self.interval_ms:
             return start

@@ -1,21 +1,24 @@
-"""Spark's own checkpoint on ``s3a://`` (Hadoop's S3A connector and the AWS SDK from Maven
-Central, at PySpark's Hadoop version) against a real S3-compatible server on 127.0.0.1 (moto):
-the global policy with dead letters and an idle timeout, and substreams, on each engine. The
-JVM engine reads and writes beside Spark through Hadoop with the session's configuration; the
-Python engine through fsspec with ``storage=`` options."""
+"""Spark's own checkpoint on object stores, against real servers on 127.0.0.1: ``s3a://``
+(Hadoop's S3A connector and the AWS SDK from Maven Central, at PySpark's Hadoop version) on
+moto's S3 server, and ``wasbs://`` (Hadoop's WASB driver, where PySpark's Hadoop still has it:
+before 3.5) on Azurite. The global policy with dead letters and an idle timeout, and
+substreams, on each engine. The JVM engine reads and writes beside Spark through Hadoop with the
+session's configuration; the Python engine through fsspec with ``storage=`` options."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import wmobs
-from wmobs import DeadLetter, TimePolicy
+from wmobs import DeadLetter, Storage, TimePolicy
 from wmobs.testing import iso
 
 from ._streaming import engines, wait_until, write_rows
@@ -25,43 +28,127 @@ pytestmark = pytest.mark.spark
 SCHEMA = "id INT, EventTime TIMESTAMP, deviceId STRING"
 
 
-@pytest.fixture
-def s3a(spark: Any, s3_server: Any) -> Iterator[Any]:
-    """The session's Hadoop configured for the server, as a cluster sets it."""
-    from tests.object_store import hadoop_aws_jars, s3a_conf
+@dataclass(frozen=True)
+class Store:
+    """An object store as a query sees it: a URI per bucket (or container), and its objects
+    read back with the store's own SDK, not through Hadoop or wmobs."""
 
-    if not hadoop_aws_jars():  # fail, never skip: ./dev test fetches them
-        pytest.fail("Hadoop's S3A connector is missing from .tools/ (./dev test fetches it)")
-    conf = s3a_conf(s3_server)
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    yield s3_server
-    for key in conf:
-        spark.conf.unset(key)
+    scheme: str
+    uri: Callable[[str], str]
+    create: Callable[[str], Any]
+    objects: Callable[[str], dict[str, bytes]]
+    storage: Storage
 
 
 @contextlib.contextmanager
-def running(query: Any) -> Iterator[Any]:
+def _session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
+    """``conf`` on the session's Hadoop configuration, as a cluster sets it."""
+    from tests.object_store import hadoop_aws_jars
+
+    if not hadoop_aws_jars():  # fail, never skip: ./dev test fetches them
+        pytest.fail("Hadoop's object-store connectors are missing from .tools/ (./dev gets them)")
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in conf:
+            spark.conf.unset(key)
+
+
+@pytest.fixture
+def s3a(spark: Any, s3_server: Any) -> Iterator[Any]:
+    """The session's Hadoop configured for the server."""
+    from tests.object_store import s3a_conf
+
+    with _session_conf(spark, s3a_conf(s3_server)):
+        yield s3_server
+
+
+@pytest.fixture(scope="module")
+def wasb_azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Azurite where Hadoop's WASB driver looks for Azure's storage emulator."""
+    from tests.object_store import AZURITE, WASB_EMULATOR_PORT, start_azurite
+
+    if not AZURITE.exists():  # fail, never skip: ./dev installs it
+        pytest.fail(f"Azurite is not installed at {AZURITE} (./dev installs it with npm)")
+    with (
+        contextlib.suppress(OSError),
+        socket.create_connection(("127.0.0.1", WASB_EMULATOR_PORT), timeout=1),
+    ):
+        pytest.fail(
+            f"127.0.0.1:{WASB_EMULATOR_PORT} is taken: Hadoop's WASB driver reaches Azure's "
+            "storage emulator there and nowhere else"
+        )
+    server = start_azurite(tmp_path_factory.mktemp("wasb"), port=WASB_EMULATOR_PORT)
+    yield server
+    server.process.terminate()
+    server.process.wait(timeout=30)
+
+
+def _stores() -> list[str]:
+    from tests.object_store import hadoop_has_wasb
+
+    return ["s3a", "wasbs"] if hadoop_has_wasb() else ["s3a"]
+
+
+@pytest.fixture(params=_stores())
+def store(request: pytest.FixtureRequest, spark: Any) -> Iterator[Store]:
+    """Each object store this Spark's Hadoop reaches, the session configured for it."""
+    from tests.object_store import ACCOUNT, wasb_conf
+
+    if request.param == "s3a":
+        server = request.getfixturevalue("s3a")
+        yield Store(
+            "s3a", lambda b: f"s3a://{b}", server.create_bucket, server.objects, server.storage
+        )
+        return
+    azure = request.getfixturevalue("wasb_azurite")
+    with _session_conf(spark, wasb_conf()):
+        yield Store(
+            "wasbs",
+            lambda c: f"wasbs://{c}@{ACCOUNT}.blob.core.windows.net",
+            azure.create_container,
+            azure.blobs,
+            azure.storage,
+        )
+
+
+@contextlib.contextmanager
+def running(query: Any, store: Store) -> Iterator[Any]:
+    """``query`` until the block ends, then stopped; it must not have failed. One exception: a
+    ``stop()`` that interrupts a checkpoint write on ``wasbs://`` ends the query with WASB's
+    ``IOException`` around the ``InterruptedException``, which Spark takes for a failure
+    (docs/guide/deploying.md says so)."""
     try:
         yield query
     finally:
         query.stop()
+    error = query._jsq.exception()
+    if error.isDefined():
+        causes, cause = [], error.get()
+        while cause is not None:
+            causes.append(cause.getClass().getName())
+            cause = cause.getCause()
+        stopped = store.scheme == "wasbs" and causes[-1] == "java.lang.InterruptedException"
+        assert stopped, str(query.exception())
 
 
 @pytest.mark.parametrize("engine", ["jvm", "python"])
-def test_the_policies_with_the_checkpoint_on_s3a(
-    spark: Any, s3a: Any, tmp_path: Path, engine: str
+def test_the_policies_with_the_checkpoint_on_an_object_store(
+    spark: Any, store: Store, tmp_path: Path, engine: str
 ) -> None:
-    """On each engine, a query whose checkpoint is ``s3a://``: the global policy (an early row
-    dropped and dead-lettered to ``s3a://``, a late one adjusted) with an idle timeout that
-    closes the quiet window, then substreams in a query of their own, restarted once from the
-    checkpoint (each key's state in the bucket, next to Spark's own)."""
+    """On each engine and object store, a query whose checkpoint is there: the global policy
+    (an early row dropped and dead-lettered to the store, a late one adjusted) with an idle
+    timeout that closes the quiet window, then substreams in a query of their own, restarted
+    once from the checkpoint (each key's state in the bucket, next to Spark's own)."""
     from pyspark.sql import functions as F
 
     if engine not in engines(spark):
         pytest.skip(f"Spark {spark.version} has no Python engine")
-    bucket = s3a.create_bucket(f"wmobs-ckpt-{engine}")
-    storage = s3a.storage if engine == "python" else None
+    bucket = f"wmobs-ckpt-{engine}"
+    store.create(bucket)
+    storage = store.storage if engine == "python" else None
     now = time.time()
     window = float(int(now) // 3 * 3)
     rows = [
@@ -71,13 +158,13 @@ def test_the_policies_with_the_checkpoint_on_s3a(
     ]
     source = tmp_path / f"in-{engine}"
     write_rows(source, "rows", rows)
-    checkpoint = f"s3a://{bucket}/checkpoints/global"
-    dead = f"s3a://{bucket}/dead"
+    checkpoint = f"{store.uri(bucket)}/checkpoints/global"
+    dead = f"{store.uri(bucket)}/dead"
     policy = TimePolicy(
         arrival_time=None,
         late_arrival="10 minutes",
         idle_timeout="1 second",
-        name=f"s3a_{engine}",
+        name=f"{store.scheme}_{engine}",
         engine=engine,
     )
     stream = spark.readStream.schema(SCHEMA).json(str(source))
@@ -87,7 +174,7 @@ def test_the_policies_with_the_checkpoint_on_s3a(
         dead_letter=DeadLetter(dead),
         storage=storage,
     )
-    name = f"s3a_global_{engine}"
+    name = f"{store.scheme}_global_{engine}"
     with wmobs.attach(spark) as monitor:
         query = (
             judged.groupBy(F.window("system_timestamp", "3 seconds"))
@@ -99,7 +186,7 @@ def test_the_policies_with_the_checkpoint_on_s3a(
             .trigger(processingTime="200 milliseconds")
             .start()
         )
-        with running(query):
+        with running(query, store):
             wait_until(
                 lambda n=name: spark.sql(f"SELECT * FROM {n}").count() > 0,  # type: ignore[misc]
                 timeout=120,
@@ -113,9 +200,8 @@ def test_the_policies_with_the_checkpoint_on_s3a(
                     and p.dead_letter_rows == 1
                 )
             )
-        assert query.exception() is None
     assert counted == 2, engine  # the two on-time rows, in their window
-    objects = s3a.objects(bucket)
+    objects = store.objects(bucket)
     assert any(k.startswith("checkpoints/global/offsets/") for k in objects)  # Spark's
     dead_files = [k for k in objects if k.startswith("dead/") and k.endswith(".parquet")]
     assert len(dead_files) == 1, objects.keys()
@@ -125,11 +211,11 @@ def test_the_policies_with_the_checkpoint_on_s3a(
         arrival_time=None,
         late_arrival="1 hour",
         substream_by=["deviceId"],
-        name=f"s3a_keys_{engine}",
+        name=f"{store.scheme}_keys_{engine}",
         engine=engine,
     )
     keyed_source = tmp_path / f"keys-{engine}"
-    key_checkpoint = f"s3a://{bucket}/checkpoints/keys"
+    key_checkpoint = f"{store.uri(bucket)}/checkpoints/keys"
     base = now - 600
 
     kept = tmp_path / f"kept-{engine}"  # a file sink: one that restarts
@@ -151,25 +237,24 @@ def test_the_policies_with_the_checkpoint_on_s3a(
             .trigger(processingTime="100 milliseconds")
             .start(str(kept))
         )
-        with running(query):
+        with running(query, store):
             query.processAllAvailable()
-        assert query.exception() is None
         return {r.id: r.s for r in spark.read.parquet(str(kept)).collect()}
 
     first = run_keys(
         [("1", [{"id": 1, "EventTime": iso(base + 100), "deviceId": "A"},
                 {"id": 2, "EventTime": iso(base), "deviceId": "B"}])],
-        f"s3a_keys_a_{engine}",
+        f"{store.scheme}_keys_a_{engine}",
     )  # fmt: skip
     second = run_keys(
         [("2", [{"id": 3, "EventTime": iso(base + 50), "deviceId": "A"},
                 {"id": 4, "EventTime": iso(base + 1), "deviceId": "B"}])],
-        f"s3a_keys_b_{engine}",
+        f"{store.scheme}_keys_b_{engine}",
     )  # fmt: skip
     assert first == {1: int(base + 100), 2: int(base)}
     # After the restart, 3 is behind A's maximum from before it: adjusted up to it.
     assert second == first | {3: int(base + 100), 4: int(base + 1)}, engine
-    state = [k for k in s3a.objects(bucket) if "/wmobs/substreams/" in k]
+    state = [k for k in store.objects(bucket) if "/wmobs/substreams/" in k]
     assert state and all(k.startswith("checkpoints/keys/wmobs/substreams/") for k in state)
 
 
