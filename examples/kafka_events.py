@@ -87,27 +87,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    deadline = None if args.duration is None else time.monotonic() + args.duration
-    while not stop.wait(0.2) and query.isActive:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        seen = monitor.snapshot("device_events")
-        if args.until_rows is not None and seen and seen.input_rows >= args.until_rows:
-            break
-    query.stop()
-    if query.exception() is not None:
-        print(f"the query failed: {query.exception()}", file=sys.stderr, flush=True)
-        monitor.close()
-        spark.stop()
-        return 1
-    # The listener hears of the query's end after its last progress event: wait for that.
-    deadline = time.monotonic() + 30
-    snap = monitor.snapshot("device_events")
-    while (snap is None or snap.active) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    try:
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        while not stop.wait(0.2) and query.isActive:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            seen = monitor.snapshot("device_events")
+            if args.until_rows is not None and seen and seen.input_rows >= args.until_rows:
+                break
+        query.stop()
+        if query.exception() is not None:
+            print(f"the query failed: {query.exception()}", file=sys.stderr, flush=True)
+            return 1
+        # The listener hears of the query's end after its last progress event: wait for that.
+        deadline = time.monotonic() + 30
         snap = monitor.snapshot("device_events")
-    counted = None if snap is None else snap.policy("device_events")
-    if snap is not None and counted is not None:
+        while (snap is None or snap.active) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            snap = monitor.snapshot("device_events")
+        counted = None if snap is None else snap.policy("device_events")
+        if snap is None or counted is None:
+            print("no micro-batch finished", flush=True)
+            return 0
         dropped = sum(n for (_, action), n in counted.events.items() if action == "dropped")
         print(
             f"rows {snap.input_rows}, dropped {dropped}, dead letters "
@@ -115,11 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             f"backlog {dict(snap.backlogs)}",
             flush=True,
         )
-    else:
-        print("no micro-batch finished", flush=True)
-    monitor.close()
-    spark.stop()
-    return 0
+        return 0
+    finally:
+        monitor.close()
+        spark.stop()
 
 
 if __name__ == "__main__":
