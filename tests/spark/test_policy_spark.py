@@ -669,6 +669,40 @@ def test_distributions_on_a_random_multi_batch_stream(
     assert counts[("out_of_order", "adjusted")] == behind > 0
 
 
+@pytest.mark.parametrize("read", ["jvm", "python"])
+def test_rows_stamped_decades_ago_do_not_overflow_the_distributions(
+    spark: Any, tmp_path: Path, read: str
+) -> None:
+    """A producer that stamps epoch 0: 6,000 rows of 1970 arriving in 2026, in one micro-batch.
+    Their arrival delays sum past 2^63 µs, which failed the query ("long overflow") on both
+    engines; the sums are doubles now, the query goes on and the sum is right."""
+    if read == "python":
+        needs_python_engine(spark)
+    rows = 6_000
+    arrival = epoch("12:00")
+    write_rows(
+        tmp_path / "in",
+        "part-00",
+        [{"id": i, "EventTime": iso(i), "ArrivalTime": iso(arrival), "deviceId": "d"}
+         for i in range(rows)],
+    )  # fmt: skip
+    policy = TimePolicy(
+        event_time="EventTime",
+        arrival_time="ArrivalTime",
+        early_arrival=None,
+        late_arrival="2 minutes",
+        out_of_order="1 minute",
+        name=f"epoch_zero_{read}",
+        engine=read,
+    )
+    kept, counts, progress = run_policy(spark, policy, tmp_path / "in", tmp_path, policy.state_name)
+    assert len(kept) == rows and counts[("late_arrival", "adjusted")] == rows  # none lost
+    buckets, sum_us = observed_histograms(progress, policy, ("arrival_delay",))["arrival_delay"]
+    expected = sum((arrival - i) * 10**6 for i in range(rows))
+    assert expected > 2**63 and buckets[-1] == rows
+    assert sum_us == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("counted_by", ["jvm", "histogram_numeric"])
 def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: str) -> None:
     """Tens of thousands of rows in 40 partitions, most of the joint buckets used: both ways

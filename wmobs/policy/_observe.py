@@ -252,8 +252,17 @@ def histogram_counts(
     bucket = histogram_index(histogram, micros, valid) if index is None else F.col(index)
     return [
         _exact_histogram_numeric(bucket, _BINS).alias(histogram_buckets_column(histogram)),
-        F.sum(F.when(valid & micros.isNotNull(), micros)).alias(histogram_sum_column(histogram)),
+        _sum_us(micros, valid).alias(histogram_sum_column(histogram)),
     ]
+
+
+def _sum_us(micros: Any, valid: Any) -> Any:
+    """The sum of ``micros`` where ``valid``, as a double: a sum of longs overflows (failing
+    the query under ANSI, wrapping without) where a batch holds rows stamped decades off (an
+    epoch-0 producer, a replayed year-old topic); a double is exact to 2^53 µs (285 years)."""
+    from pyspark.sql import functions as F
+
+    return F.sum(F.when(valid & micros.isNotNull(), micros.cast("double")))
 
 
 def _exact_histogram_numeric(index: Any, bins: int) -> Any:
@@ -314,7 +323,7 @@ def joint_histogram_counts(
     return [
         _exact_histogram_numeric(F.col(index), bins).alias(joint_histogram_column(histograms)),
         *[
-            F.sum(F.when(valid & micros.isNotNull(), micros)).alias(histogram_sum_column(histogram))
+            _sum_us(micros, valid).alias(histogram_sum_column(histogram))
             for histogram, micros in zip(histograms, values, strict=True)
         ],
     ]

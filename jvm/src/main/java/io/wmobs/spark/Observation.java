@@ -151,7 +151,15 @@ public final class Observation implements Serializable {
     Long maxTs;
     Long maxEvent;
     long[] buckets;
-    Long[] sums = new Long[3]; // delay, lateness, queueing
+    /**
+     * Delay, lateness, queueing: sums of µs, as doubles. A long overflows where a batch holds
+     * rows stamped decades off (an epoch-0 producer, a replayed topic: 300,000 rows a year late
+     * pass 2^63 µs), which must not fail the query; a double is exact to 2^53 µs (285 years)
+     * and Prometheus' {@code _sum} is a float anyway.
+     */
+    double[] sums = new double[3];
+    /** Whether each sum has a value (else it is null: no row had one). */
+    boolean[] summed = new boolean[3];
     long[] queue;
     /** The bucket each histogram found last: rows of a batch tend to fall in the same one. */
     int[] last = new int[3];
@@ -231,27 +239,25 @@ public final class Observation implements Serializable {
         state.buckets[a * (second.length + 2) + b] += 1;
       }
       if (hasDelay) {
-        state.sums[0] = state.sums[0] == null ? delay : Math.addExact(state.sums[0], delay);
+        state.sums[0] += delay;
+        state.summed[0] = true;
       }
       if (hasLateness) {
-        state.sums[1] = state.sums[1] == null ? lateness : Math.addExact(state.sums[1], lateness);
+        state.sums[1] += lateness;
+        state.summed[1] = true;
       }
     }
     if (queueColumn != null && real && !row.isNull(queueArgument)) {
       long queued = row.get(queueArgument);
       state.queue[state.last[2] = digit(queueBounds, queued, state.last[2])] += 1;
-      state.sums[2] = state.sums[2] == null ? queued : Math.addExact(state.sums[2], queued);
+      state.sums[2] += queued;
+      state.summed[2] = true;
     }
   }
 
   /** The larger of two values, either of which may be missing (null). */
   private static Long max(Long a, Long b) {
     return a == null ? b : b == null ? a : Long.valueOf(Math.max(a, b));
-  }
-
-  /** The sum of two values, either of which may be missing (null); overflow fails the task. */
-  private static Long plus(Long a, Long b) {
-    return a == null ? b : b == null ? a : Long.valueOf(Math.addExact(a, b));
   }
 
   State merge(State a, State b) {
@@ -270,9 +276,15 @@ public final class Observation implements Serializable {
       a.queue[i] += b.queue[i];
     }
     for (int i = 0; i < a.sums.length; i++) {
-      a.sums[i] = plus(a.sums[i], b.sums[i]);
+      a.sums[i] += b.sums[i];
+      a.summed[i] |= b.summed[i];
     }
     return a;
+  }
+
+  /** One of {@code state}'s sums; null where no row had a value. */
+  private static Double sum(State state, int index) {
+    return state.summed[index] ? Double.valueOf(state.sums[index]) : null;
   }
 
   String finish(State state) {
@@ -296,7 +308,7 @@ public final class Observation implements Serializable {
         }
       }
       for (int i = 0; i < 2; i++) {
-        columns.put(sumColumns[i], state.sums[i]);
+        columns.put(sumColumns[i], sum(state, i));
       }
     }
     if (queueColumn != null) {
@@ -306,7 +318,7 @@ public final class Observation implements Serializable {
           points.addObject().put("x", i).put("y", state.queue[i]);
         }
       }
-      columns.put(queueSumColumn, state.sums[2]);
+      columns.put(queueSumColumn, sum(state, 2));
     }
     return columns.toString();
   }
@@ -327,10 +339,13 @@ public final class Observation implements Serializable {
       for (long bucket : state.queue) {
         out.writeLong(bucket);
       }
-      for (Long value :
-          new Long[] {state.maxTs, state.maxEvent, state.sums[0], state.sums[1], state.sums[2]}) {
+      for (Long value : new Long[] {state.maxTs, state.maxEvent}) {
         out.writeBoolean(value != null);
         out.writeLong(value == null ? 0 : value);
+      }
+      for (int i = 0; i < state.sums.length; i++) {
+        out.writeBoolean(state.summed[i]);
+        out.writeDouble(state.sums[i]);
       }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
@@ -353,7 +368,7 @@ public final class Observation implements Serializable {
       for (int i = 0; i < state.queue.length; i++) {
         state.queue[i] = in.readLong();
       }
-      Long[] values = new Long[5];
+      Long[] values = new Long[2];
       for (int i = 0; i < values.length; i++) {
         boolean present = in.readBoolean();
         long value = in.readLong();
@@ -361,9 +376,10 @@ public final class Observation implements Serializable {
       }
       state.maxTs = values[0];
       state.maxEvent = values[1];
-      state.sums[0] = values[2];
-      state.sums[1] = values[3];
-      state.sums[2] = values[4];
+      for (int i = 0; i < state.sums.length; i++) {
+        state.summed[i] = in.readBoolean();
+        state.sums[i] = in.readDouble();
+      }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

@@ -95,4 +95,40 @@ class ObservationTest {
     assertEquals(50 + 7, columns.get("hist:queueing_delay:sum_us").asLong()); // real rows only
     assertEquals(2, columns.get("hist:queueing_delay:buckets").get(0).get("y").asLong());
   }
+
+  /**
+   * Rows stamped decades off (an epoch-0 producer, a year-old topic replayed) sum past a long's
+   * range: the sums are doubles, the batch goes on.
+   */
+  @Test
+  void sumsPastTheRangeOfALongDoNotFailTheBatch() throws Exception {
+    Observation observation = observation();
+    Observation.State[] parts = {observation.zero(), observation.zero()};
+    long fiftyYears = 50L * 365 * 24 * 3600 * 1_000_000; // 1.6e15 µs
+    int rows = 10_000; // 1.6e19 µs in all: above Long.MAX_VALUE
+    for (int i = 0; i < rows; i++) {
+      observation.reduce(parts[i % 2], row(0L, 1L, 1L, -1L, fiftyYears, fiftyYears, fiftyYears));
+    }
+    Observation.State merged = observation.zero();
+    for (Observation.State part : parts) {
+      observation.merge(merged, observation.deserialize(observation.serialize(part)));
+    }
+    JsonNode columns = JSON.readTree(observation.finish(merged));
+    double expected = (double) fiftyYears * rows;
+    for (String sum :
+        new String[] {"arrival_delay", "lateness", "queueing_delay"}) {
+      assertEquals(expected, columns.get("hist:" + sum + ":sum_us").asDouble(), expected * 1e-12);
+    }
+  }
+
+  @Test
+  void aSumIsNullWhereNoRowHadAValue() throws Exception {
+    Observation observation = observation();
+    Observation.State state = observation.zero();
+    observation.reduce(state, row(0L, 1L, 1L, -1L, null, null, null));
+    JsonNode columns = JSON.readTree(observation.finish(observation.deserialize(
+        observation.serialize(state))));
+    assertEquals(true, columns.get("hist:lateness:sum_us").isNull());
+    assertEquals(true, columns.get("hist:queueing_delay:sum_us").isNull());
+  }
 }
