@@ -25,6 +25,10 @@ _UNITS_US = {
     "d": 86_400_000_000,
     "week": 604_800_000_000,
 }
+_LONGEST_US = 10_000 * 365 * 86_400_000_000
+"""The longest duration a policy takes: 10,000 years, beyond any two of Spark's timestamps
+(years 1 to 9999) apart, and small enough that a timestamp plus or minus a few of them stays
+within a long of microseconds (the JVM engine's arithmetic)."""
 _PART = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 
 
@@ -40,8 +44,8 @@ def _unit(name: str) -> int | None:
 def to_micros(value: str | timedelta, argument: str) -> int:
     """``"5 minutes"``, ``"1 hour 30 minutes"``, ``"250 ms"`` or a timedelta, in microseconds.
 
-    Raises ``TypeError``/``ValueError`` naming ``argument`` for anything else or a negative
-    duration.
+    Raises ``TypeError``/``ValueError`` naming ``argument`` for anything else, a negative
+    duration or one longer than 10,000 years.
     """
     if isinstance(value, timedelta):
         micros = value // timedelta(microseconds=1)
@@ -63,6 +67,8 @@ def to_micros(value: str | timedelta, argument: str) -> int:
             pos = match.end()
         if not text:
             raise ValueError(f"{argument}: empty duration")
+        if micros_f > _LONGEST_US:  # before round(): a float may be infinite
+            raise ValueError(f"{argument}: {value!r} is longer than 10,000 years")
         micros = round(micros_f)
     else:
         raise TypeError(
@@ -71,6 +77,8 @@ def to_micros(value: str | timedelta, argument: str) -> int:
         )
     if micros < 0:
         raise ValueError(f"{argument}: must not be negative, got {value!r}")
+    if micros > _LONGEST_US:
+        raise ValueError(f"{argument}: {value!r} is longer than 10,000 years")
     return micros
 
 
