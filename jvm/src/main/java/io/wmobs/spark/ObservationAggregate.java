@@ -35,7 +35,7 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
   private transient boolean[] ints;
   /** The row being counted, and the arguments evaluated on it (those not plain columns). */
   private transient InternalRow row;
-  private transient Long[] evaluated;
+  private transient long[] evaluated;
 
   ObservationAggregate(
       Observation observation,
@@ -70,7 +70,7 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
               ? ((BoundReference) argument[i]).ordinal()
               : -1;
     }
-    evaluated = new Long[argument.length];
+    evaluated = new long[argument.length];
   }
 
   @Override
@@ -80,8 +80,11 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
       return row.isNullAt(ordinal);
     }
     Object value = argument[index].eval(row);
-    evaluated[index] = value == null ? null : ((Number) value).longValue();
-    return value == null;
+    if (value == null) {
+      return true;
+    }
+    evaluated[index] = ((Number) value).longValue();
+    return false;
   }
 
   @Override
