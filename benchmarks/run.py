@@ -353,6 +353,19 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return df.withWatermark("EventTime", "10 seconds").observe("bench", F.count(F.lit(1)))
 
+    def reading(*columns: str) -> Callable[[Any, str], Any]:
+        """The baseline reading ``columns`` too, as a policy does (its arrival time; dead letters:
+        every column), with a filter that keeps every row of the benchmark's input."""
+        from pyspark.sql import functions as F
+
+        def make(df: Any, ck: str) -> Any:
+            kept = F.lit(True)
+            for column in columns:
+                kept = kept & F.col(column).isNotNull()
+            return df.withWatermark("EventTime", "10 seconds").filter(kept)
+
+        return make
+
     def passing_through(df: Any, ck: str) -> Any:
         """Substreams of 10 keys with the per-key judge passing every row through as it is (no
         buffer, no state, no judging): what the rest of substreams' plan costs."""
@@ -370,6 +383,14 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "baseline + a shuffle by key bucket, no policy (diagnostic)": (shuffled, "EventTime"),
         "baseline + one observed count, no policy (diagnostic)": (observed, "EventTime"),
+        "baseline reading the arrival time too, no policy (diagnostic)": (
+            reading("ArrivalTime"),
+            "EventTime",
+        ),
+        "baseline reading every column, no policy (diagnostic)": (
+            reading("ArrivalTime", "device10", "device10k"),
+            "EventTime",
+        ),
         "global policy": (policy(), "system_timestamp"),
         "global policy, Python engine": (policy(**python), "system_timestamp"),
         "global policy without distributions": (
