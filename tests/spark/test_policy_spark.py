@@ -516,6 +516,8 @@ def _run_with_function_sink(
 
 
 def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
     with pytest.raises(ValueError, match="event_time: column 'when' is not in the DataFrame"):
         TimePolicy(event_time="when").apply(stream)
@@ -525,6 +527,11 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy(event_time="id").apply(stream)
     with pytest.raises(ValueError, match="substream_by: column 'device' is not"):
         TimePolicy(substream_by=["device"]).apply(stream)
+    tagged = stream.withColumn("tags", F.create_map(F.lit("k"), stream.deviceId))
+    with pytest.raises(TypeError, match=r"substream_by: column 'tags' is map<string,string>; a"):
+        TimePolicy(substream_by=["deviceId", "tags"]).apply(tagged)
+    with pytest.raises(TypeError, match=r"substream_by: column 'nested' is array<map<"):
+        TimePolicy(substream_by=["nested"]).apply(tagged.withColumn("nested", F.array("tags")))
     with pytest.raises(TypeError, match="streaming DataFrame"):
         TimePolicy().apply(spark.range(3))
     with pytest.raises(ValueError, match="dead_letter: format"):

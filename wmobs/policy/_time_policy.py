@@ -289,6 +289,12 @@ class TimePolicy:
         for column in self.substream_by or ():
             if column not in fields:
                 raise ValueError(f"substream_by: column {column!r} is not in the DataFrame")
+            if _has_map(fields[column]):
+                raise TypeError(
+                    f"substream_by: column {column!r} is {fields[column].simpleString()}; a key "
+                    "cannot hold a map (equal maps may hash apart): key by its fields, or by "
+                    "array_sort(map_entries(...))"
+                )
         if SYSTEM_TIMESTAMP in fields:
             raise ValueError(f"apply: the DataFrame already has a {SYSTEM_TIMESTAMP!r} column")
         clashes = sorted(set(fields) & set(INTERNAL))
@@ -296,3 +302,16 @@ class TimePolicy:
             raise ValueError(
                 f"apply: column {clashes[0]!r} has a name wmobs uses inside the policy; rename it"
             )
+
+
+def _has_map(data_type: Any) -> bool:
+    """Whether ``data_type`` is or holds a map (Spark hashes no map: a substream key cannot)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _has_map(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return any(_has_map(f.dataType) for f in data_type.fields)
+    return False
