@@ -44,7 +44,13 @@ _LE = [_number(b) for b in BATCH_DURATION_BUCKETS] + ["+Inf"]
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    """A label value as the text format escapes it: backslash, line feed, double quote."""
+    return _escape_help(value).replace('"', r"\"")
+
+
+def _escape_help(value: str) -> str:
+    """A ``# HELP`` text as the text format escapes it: backslash and line feed only."""
+    return value.replace("\\", r"\\").replace("\n", r"\n")
 
 
 def _labels(attributes: Any) -> str:
@@ -115,7 +121,7 @@ class Exposition:
         """One scrape: ``# HELP``/``# TYPE`` and the samples of every family."""
         out: list[str] = []
         for name, kind, description, samples in self._families():
-            out.append(f"# HELP {name} {_escape(description)}")
+            out.append(f"# HELP {name} {_escape_help(description)}")
             out.append(f"# TYPE {name} {kind}")
             out.extend(samples)
         out.append("")
