@@ -287,12 +287,59 @@ def test_a_missing_bucket_fails_the_query_naming_it(spark: Any, s3a: Any, tmp_pa
         stream, checkpoint_location=checkpoint
     )
     with pytest.raises(Exception, match="wmobs-no-such-bucket"):
-        query = (
-            judged.writeStream.format("noop")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
+        query = _until_caught_up(judged, checkpoint)
         assert query.exception() is not None
         raise AssertionError(str(query.exception()))
+
+
+def _until_caught_up(judged: Any, checkpoint: str) -> Any:
+    """``judged`` to the ``noop`` sink, run until it has read all its input (or failed)."""
+    query = (
+        judged.writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    return query
+
+
+def test_dead_letters_without_credentials_fail_the_batch_naming_the_cause(
+    spark: Any, s3a: Any, tmp_path: Path
+) -> None:
+    """The checkpoint's bucket has credentials, the dead letters' bucket none (a per-bucket
+    setting, as a cluster would have it): the first dropped row fails the micro-batch with an
+    error that says so, and the batch is not committed; restarted with credentials, the query
+    replays it and the dead letter is written. Nothing is lost."""
+    good, bare = "wmobs-ckpt-creds", "wmobs-dead-nocreds"
+    s3a.create_bucket(good)
+    s3a.create_bucket(bare)
+    source = tmp_path / "in"
+    write_rows(source, "rows", [{"id": 1, "EventTime": None, "deviceId": "A"}])  # dropped
+    checkpoint = f"s3a://{good}/checkpoints/nocreds"
+
+    def run() -> Any:
+        judged = TimePolicy(arrival_time=None, engine="jvm", name="nocreds").apply(
+            spark.readStream.schema(SCHEMA).json(str(source)),
+            checkpoint_location=checkpoint,
+            dead_letter=DeadLetter(f"s3a://{bare}/dead"),
+        )
+        return _until_caught_up(judged, checkpoint)
+
+    # Hadoop caches a file system per bucket in the JVM; a cluster given credentials restarts
+    # its application, this test opens the bucket anew instead.
+    fresh = {"fs.s3a.impl.disable.cache": "true"}
+    bucket = f"fs.s3a.bucket.{bare}"
+    bare_conf = {f"{bucket}.access.key": "", f"{bucket}.secret.key": ""}
+    cause = rf"dead letters of batch 0 to s3a://{bare}/dead: .*No AWS credentials"
+    with _session_conf(spark, fresh | bare_conf), pytest.raises(Exception, match=cause):
+        run()
+    keys = s3a.objects(good)
+    assert not any(key.endswith("/commits/0") for key in keys), f"batch 0 committed: {sorted(keys)}"
+    assert not s3a.objects(bare), "a dead letter was written without credentials"
+    with _session_conf(spark, fresh):
+        replayed = run()
+    assert replayed.exception() is None
+    written = [key for key in s3a.objects(bare) if key.endswith(".parquet")]
+    assert len(written) == 1 and "batch_id=0/" in written[0], written
+    assert any(key.endswith("/commits/0") for key in s3a.objects(good))  # committed now
