@@ -304,42 +304,49 @@ def _until_caught_up(judged: Any, checkpoint: str) -> Any:
     return query
 
 
-def test_dead_letters_without_credentials_fail_the_batch_naming_the_cause(
+def test_dead_letters_hadoop_cannot_write_fail_early_and_lose_nothing(
     spark: Any, s3a: Any, tmp_path: Path
 ) -> None:
-    """The checkpoint's bucket has credentials, the dead letters' bucket none (a per-bucket
-    setting, as a cluster would have it): the first dropped row fails the micro-batch with an
-    error that says so, and the batch is not committed; restarted with credentials, the query
-    replays it and the dead letter is written. Nothing is lost."""
-    good, bare = "wmobs-ckpt-creds", "wmobs-dead-nocreds"
-    s3a.create_bucket(good)
-    s3a.create_bucket(bare)
+    """On the JVM engine, dead letters go through Hadoop. A bucket without credentials (a
+    per-bucket setting, as a cluster would have it) is a StorageError naming ``dead_letter``
+    at ``apply``, as on the Python engine, not a failure at the first dropped row. A bucket
+    that goes away after ``apply`` fails the micro-batch with an error naming the directory,
+    and the batch is not committed; once the bucket is back, the restarted query replays it and
+    the dead letter is written. Nothing is lost."""
+    from wmobs import StorageError
+
+    good, bare, gone = "wmobs-ckpt-creds", "wmobs-dead-nocreds", "wmobs-dead-gone"
+    for bucket in (good, bare, gone):
+        s3a.create_bucket(bucket)
     source = tmp_path / "in"
     write_rows(source, "rows", [{"id": 1, "EventTime": None, "deviceId": "A"}])  # dropped
-    checkpoint = f"s3a://{good}/checkpoints/nocreds"
+    checkpoint = f"s3a://{good}/checkpoints/dead-letters"
 
-    def run() -> Any:
-        judged = TimePolicy(arrival_time=None, engine="jvm", name="nocreds").apply(
+    def judged(dead: str) -> Any:
+        return TimePolicy(arrival_time=None, engine="jvm", name="unwritable").apply(
             spark.readStream.schema(SCHEMA).json(str(source)),
             checkpoint_location=checkpoint,
-            dead_letter=DeadLetter(f"s3a://{bare}/dead"),
+            dead_letter=DeadLetter(dead),
         )
-        return _until_caught_up(judged, checkpoint)
 
-    # Hadoop caches a file system per bucket in the JVM; a cluster given credentials restarts
-    # its application, this test opens the bucket anew instead.
-    fresh = {"fs.s3a.impl.disable.cache": "true"}
-    bucket = f"fs.s3a.bucket.{bare}"
-    bare_conf = {f"{bucket}.access.key": "", f"{bucket}.secret.key": ""}
-    cause = rf"dead letters of batch 0 to s3a://{bare}/dead: .*No AWS credentials"
-    with _session_conf(spark, fresh | bare_conf), pytest.raises(Exception, match=cause):
-        run()
+    # Hadoop caches a file system per bucket in the JVM: this one must not outlive the test.
+    without = {f"fs.s3a.bucket.{bare}.{k}": "" for k in ("access.key", "secret.key")}
+    cause = rf"dead_letter: cannot reach .* s3a://{bare}/dead .*No AWS credentials"
+    with (
+        _session_conf(spark, {"fs.s3a.impl.disable.cache": "true"} | without),
+        pytest.raises(StorageError, match=cause),
+    ):
+        judged(f"s3a://{bare}/dead")
+
+    unwritable = judged(f"s3a://{gone}/dead")
+    s3a.client().delete_bucket(Bucket=gone)
+    with pytest.raises(Exception, match=rf"dead letters of batch 0 to s3a://{gone}/dead"):
+        _until_caught_up(unwritable, checkpoint)
     keys = s3a.objects(good)
     assert not any(key.endswith("/commits/0") for key in keys), f"batch 0 committed: {sorted(keys)}"
-    assert not s3a.objects(bare), "a dead letter was written without credentials"
-    with _session_conf(spark, fresh):
-        replayed = run()
+    s3a.create_bucket(gone)
+    replayed = _until_caught_up(judged(f"s3a://{gone}/dead"), checkpoint)
     assert replayed.exception() is None
-    written = [key for key in s3a.objects(bare) if key.endswith(".parquet")]
+    written = [key for key in s3a.objects(gone) if key.endswith(".parquet")]
     assert len(written) == 1 and "batch_id=0/" in written[0], written
     assert any(key.endswith("/commits/0") for key in s3a.objects(good))  # committed now

@@ -14,6 +14,7 @@ Validation and the engine's choice happen before any of this, in ``TimePolicy.ap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wmobs.policy._context import Context
@@ -87,9 +88,10 @@ def _dead_letters(
         "large_types": large_types,
         "rename": original,
     }
-    keep = dead_letter_writer(sink, schema, *bits, **options) if ctx.engine.jvm else None
-    if keep is None:
-        keep = dead_letter_filter(sink, schema, *bits, **options)
+    written = dead_letter_writer(sink, schema, *bits, **options) if ctx.engine.jvm else None
+    if written is not None:
+        return _checked_by_hadoop(lambda: observed.filter(written))
+    keep = dead_letter_filter(sink, schema, *bits, **options)
     if keep is not None:
         return observed.filter(keep)
     columns = schema.names
@@ -99,6 +101,25 @@ def _dead_letters(
         sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES, policy=ctx.name, rename=original
     )
     return observed.mapInArrow(stage, observed.schema)
+
+
+def _checked_by_hadoop(plan: Callable[[], DataFrame]) -> DataFrame:
+    """``plan()``, where wmobs' JVM checks on the driver that Hadoop reaches the dead letters'
+    directory (``DeadLetterWriter.reachable``): its error as the Python engine's
+    :class:`~wmobs.StorageError` naming ``dead_letter`` (a classic session analyses the plan
+    here; over Spark Connect the check's error comes when the query starts)."""
+    from wmobs.policy._storage import StorageError
+
+    try:
+        return plan()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        marker = "wmobs: "
+        if marker in first and "dead letters' directory" in first:
+            raise StorageError(
+                f"dead_letter: {first[first.index(marker) + len(marker) :]}"
+            ) from exc
+        raise
 
 
 def dotted_names(columns: list[str]) -> dict[str, str]:

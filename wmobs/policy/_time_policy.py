@@ -216,7 +216,8 @@ class TimePolicy:
         credentials. ``apply`` checks on the driver that what Python reads and writes can be
         reached (:class:`wmobs.StorageError` otherwise). The JVM engine reads and writes beside
         Spark through Hadoop with the session's configuration, as Spark writes the checkpoint
-        itself: a path Hadoop cannot reach fails the query, naming the cause.
+        itself: a checkpoint Hadoop cannot reach fails the query, naming the cause; a dead
+        letters' directory it cannot reach is a :class:`wmobs.StorageError` here too.
         """
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)

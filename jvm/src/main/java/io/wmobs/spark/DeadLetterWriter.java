@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.parquet.hadoop.ParquetFileWriter;
 import org.apache.parquet.hadoop.ParquetWriter;
@@ -122,12 +123,7 @@ public final class DeadLetterWriter implements Serializable {
     Broadcast<SerializableConfiguration> conf = Hadoop.sessionConf();
     String version = org.apache.spark.sql.SparkSession.active().version();
     DeadLetterWriter writer = new DeadLetterWriter(Spec.json(name, arguments), version, conf);
-    try {
-      new Path(writer.directory).getFileSystem(conf.value().value());
-    } catch (IOException e) {
-      throw new IllegalArgumentException(
-          "wmobs: no Hadoop filesystem for the dead letters' directory " + writer.directory, e);
-    }
+    reachable(writer.directory, conf.value().value());
     Expression row = Spec.rest(arguments).get(0);
     if (!(row.dataType() instanceof org.apache.spark.sql.types.StructType struct)
         || struct.fields().length != writer.names.length + 1
@@ -137,6 +133,33 @@ public final class DeadLetterWriter implements Serializable {
               + row.dataType().simpleString());
     }
     return new Write(writer, name, row);
+  }
+
+  /**
+   * On the driver, when the policy is applied: Hadoop reaches {@code directory} with the
+   * session's configuration (a filesystem for its scheme; on an object store, its bucket with
+   * the credentials found), else an error naming the directory and Hadoop's cause, as the
+   * Python engine's {@code Storage.check} does. Otherwise the first dropped row, maybe days
+   * later, would fail its micro-batch. What does not exist yet is created by the first write.
+   */
+  static void reachable(String directory, Configuration conf) {
+    Path path = new Path(directory);
+    FileSystem fs;
+    try {
+      fs = path.getFileSystem(conf);
+    } catch (IOException | RuntimeException e) { // no connector: ClassNotFoundException inside
+      throw new IllegalArgumentException(
+          "wmobs: no Hadoop filesystem for the dead letters' directory " + directory + ": " + e,
+          e);
+    }
+    try {
+      fs.exists(path);
+    } catch (IOException | RuntimeException e) {
+      throw new IllegalArgumentException(
+          "wmobs: cannot reach the dead letters' directory " + directory + " (" + e
+              + "); check the bucket and the credentials in the session's Hadoop configuration",
+          e);
+    }
   }
 
   /** Appends the dropped row to its task's file; false (the row is not kept). */
