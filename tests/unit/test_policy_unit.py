@@ -34,6 +34,8 @@ def test_defaults_are_azure_stream_analytics() -> None:
         ({"early_arrival": "soon"}, ValueError, "early_arrival: 'soon' is not a duration"),
         ({"substream_by": "deviceId"}, TypeError, "substream_by: expected a list"),
         ({"substream_by": []}, ValueError, "substream_by: empty"),
+        ({"substream_skew": "10 minutes"}, ValueError, "substream_skew: only meaningful with"),
+        ({"substream_by": ["d"], "substream_skew": "-1 s"}, ValueError, "substream_skew: must"),
         ({"event_time": ""}, TypeError, "event_time"),
         ({"name": "has space"}, ValueError, "name: use letters"),
         ({"distributions": "no"}, TypeError, "distributions: expected True or False"),

@@ -93,6 +93,13 @@ class Tolerances:
     substream_ttl_us: int | None = None
     idle_timeout_us: int | None = None
     idle_check_interval_us: int | None = None
+    substream_skew_us: int | None = None
+
+    @property
+    def watermark_delay_us(self) -> int:
+        """The delay of Spark's watermark on the policy's output: ``out_of_order``, plus
+        ``substream_skew`` with substreams (downstream windows wait for the slowest key)."""
+        return self.out_of_order_us + (self.substream_skew_us or 0)
 
     @classmethod
     def resolve(
@@ -104,6 +111,7 @@ class Tolerances:
         substream_ttl: str | timedelta | None,
         idle_timeout: str | timedelta | None,
         idle_check_interval: str | timedelta | None,
+        substream_skew: str | timedelta | None = None,
     ) -> Tolerances:
         """From the values users write; errors name the argument."""
 
@@ -124,4 +132,5 @@ class Tolerances:
             substream_ttl_us=optional(substream_ttl, "substream_ttl"),
             idle_timeout_us=optional(idle_timeout, "idle_timeout", 1000),
             idle_check_interval_us=optional(idle_check_interval, "idle_check_interval", 1000),
+            substream_skew_us=optional(substream_skew, "substream_skew"),
         )

@@ -55,7 +55,7 @@ def build(ctx: Context, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
         *[F.col(f"`{ctx.column(c)}`").alias(c) for c in columns],
         F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
         *([F.col(IDLE)] if ctx.idle else []),
-    ).withWatermark(SYSTEM_TIMESTAMP, f"{ctx.tolerances.out_of_order_us} microseconds")
+    ).withWatermark(SYSTEM_TIMESTAMP, f"{ctx.tolerances.watermark_delay_us} microseconds")
     if not ctx.idle:
         return out
     # Synthetic rows have moved the watermark (above); none goes further. The filter names

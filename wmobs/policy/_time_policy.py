@@ -135,6 +135,14 @@ class TimePolicy:
     """Which engine runs the policy: ``"auto"`` (wmobs' Spark extension wherever the session has
     it or can be given it, else Python, said at info), ``"jvm"`` (the extension, or an error)
     or ``"python"``. See :mod:`wmobs.policy._engine`."""
+    substream_skew: str | timedelta | None = None
+    """With ``substream_by``: how far a key's clock may run behind the fastest key's and its
+    rows still reach a downstream window. Each key is judged against its own watermark, but a
+    window aggregation after the policy closes windows by Spark's one watermark, the largest
+    system timestamp of all keys minus ``out_of_order``, and drops a lagging key's rows for
+    windows already closed (counted by Spark in groups, ``wmobs_rows_dropped_by_watermark_total``).
+    This delays that watermark by ``substream_skew`` more, so windows wait for keys up to that
+    far behind. ``None`` (the default): no allowance."""
     tolerances: Tolerances = field(init=False, repr=False, compare=False)
     """The durations above, resolved to microseconds."""
 
@@ -150,7 +158,13 @@ class TimePolicy:
             substream_ttl=self.substream_ttl,
             idle_timeout=self.idle_timeout,
             idle_check_interval=self.idle_check_interval,
+            substream_skew=self.substream_skew,
         )
+        if self.substream_skew is not None and self.substream_by is None:
+            raise ValueError(
+                "substream_skew: only meaningful with substream_by (the global policy's "
+                "watermark is the one Spark closes windows by)"
+            )
         _action(self.early_arrival_action, "early_arrival_action")
         _action(self.late_arrival_action, "late_arrival_action")
         _action(self.out_of_order_action, "out_of_order_action")
