@@ -45,7 +45,8 @@ in microseconds. ``hist:<h1>*<h2>:buckets`` counts two histograms' buckets in on
 index ``i1 * (n2 + 1) + i2``, where ``n2`` is the bucket count of ``<h2>`` and ``i1 = n1``,
 ``i2 = n2`` stand for a row that has no value in that histogram.
 
-The two ``input_*`` columns describe the policy's input: its watermark and its largest event
+The two ``input_*`` columns describe the policy's input: its watermark (the one it puts on its
+output: largest system timestamp - ``out_of_order`` - ``substream_skew``) and its largest event
 time in the micro-batch, unix **microseconds** (``observe`` cuts timestamps to seconds: observe
 ``unix_micros(...)``). The listener keeps the largest of each per policy, so a query that joins
 two policed inputs shows which one holds its watermark back. Example::

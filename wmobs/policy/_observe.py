@@ -125,7 +125,8 @@ def _counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> list[Column]
     # Synthetic rows move the input's clock (its watermark), but are no events.
     kept = verdict.bitwiseAND(F.lit(DROPPED_BITS)) == 0
     real = real_rows(ctx.idle)
-    tolerance = F.lit(ctx.tolerances.out_of_order_us)
+    # The watermark this input puts on its output (out of order, plus substreams' skew).
+    tolerance = F.lit(ctx.tolerances.watermark_delay_us)
     counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
     event = _event_time(ctx, staged)
     counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
@@ -153,7 +154,7 @@ def _jvm_observation(
         "firings": IDLE_TIMEOUT_COLUMN if ctx.idle else None,
         "watermark": INPUT_WATERMARK_COLUMN,
         "event_time": INPUT_EVENT_TIME_COLUMN,
-        "tolerance_us": ctx.tolerances.out_of_order_us,
+        "tolerance_us": ctx.tolerances.watermark_delay_us,
         "histogram": {
             "buckets": joint_histogram_column(_HISTOGRAMS),
             "sums": [histogram_sum_column(h) for h in _HISTOGRAMS],
