@@ -304,6 +304,16 @@ def build() -> dict[str, Any]:
             (0, 74, 12, 8),
             kind="heatmap",
         ),
+        panel(
+            "Substream spread",
+            "Per time policy with substream_by: how far its slowest key ran behind the fastest "
+            "in the latest micro-batch. A window aggregation after the policy drops a key's "
+            "rows once this passes out_of_order plus substream_skew: size substream_skew to "
+            "its peaks.",
+            "s",
+            [(f"wmobs_substream_spread_seconds{{{SEL}}}", "{{query}} {{policy}}")],
+            (12, 74, 12, 8),
+        ),
     ]
     for i, p in enumerate(panels, start=1):
         p["id"] = i

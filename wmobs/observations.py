@@ -20,6 +20,7 @@ column                             exported as
 ``engine`` (text: jvm or python)   ``wmobs_policy_info{policy, engine}``
 ``input_watermark_us``             ``wmobs_input_watermark_delay_seconds{policy}``
 ``input_event_time_us``            ``wmobs_input_event_time_lag_seconds{policy}``
+``substream_spread_us``            ``wmobs_substream_spread_seconds{policy}``
 ``hist:<h>:buckets``               ``wmobs_event_<h>_seconds_bucket{policy, le}``, ``_count``
 ``hist:<h1>*<h2>:buckets``         the same, for both histograms from one column
 ``hist:<h>:sum_us``                ``wmobs_event_<h>_seconds_sum{policy}``
@@ -49,7 +50,10 @@ The two ``input_*`` columns describe the policy's input: its watermark (the one 
 output: largest system timestamp - ``out_of_order`` - ``substream_skew``) and its largest event
 time in the micro-batch, unix **microseconds** (``observe`` cuts timestamps to seconds: observe
 ``unix_micros(...)``). The listener keeps the largest of each per policy, so a query that joins
-two policed inputs shows which one holds its watermark back. Example::
+two policed inputs shows which one holds its watermark back. ``substream_spread_us``
+(substreams only): how far the slowest key seen in the micro-batch runs behind the fastest,
+the largest minus the smallest of those keys' largest system timestamps (µs; the listener
+keeps the latest). Example::
 
     from pyspark.sql import functions as F
     from wmobs.observations import rule_column
@@ -78,6 +82,7 @@ __all__ = [
     "POLICIES",
     "RULES",
     "STRUCT_COLUMN",
+    "SUBSTREAM_SPREAD_COLUMN",
     "bounds_us",
     "histogram_buckets_column",
     "histogram_sum_column",
@@ -118,6 +123,7 @@ apart; the delays also below 0 (early events; arrival times after the batch's cl
 day."""
 INPUT_WATERMARK_COLUMN = "input_watermark_us"
 INPUT_EVENT_TIME_COLUMN = "input_event_time_us"
+SUBSTREAM_SPREAD_COLUMN = "substream_spread_us"
 IDLE_TICK = "wmobs_idle_tick"
 """The key of the offset of an idle-timeout heartbeat source (its tick's processing time, ms).
 

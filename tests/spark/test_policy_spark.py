@@ -474,6 +474,13 @@ def test_a_lagging_keys_rows_reach_downstream_windows_with_substream_skew(
     delay = 60 + (0 if skew is None else 900)
     largest = epoch("12:10") + 5 * 60 + 40  # B's last row
     assert input_times(query.recentProgress, policy)[0] == (largest - delay) * 10**6
+    # What substream_skew must cover, observed in every micro-batch: A 10 minutes behind B.
+    spreads = {
+        observation_columns(p["observedMetrics"][policy.observation_name])["substream_spread_us"]
+        for p in query.recentProgress
+        if p["numInputRows"]
+    }
+    assert spreads == {600 * 10**6}, spreads
 
 
 def test_adjusted_rows_survive_a_downstream_window_aggregation(spark: Any, tmp_path: Path) -> None:

@@ -283,6 +283,7 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
             "hist:arrival_delay:buckets": [{"x": 3, "y": 1.0}],
             "hist:lateness:buckets": [{"x": 0, "y": 1.0}],
             "hist:queueing_delay:buckets": [{"x": 7, "y": 1.0}],
+            "substream_spread_us": 0,
         }
     }
     body = progress_json(
@@ -299,6 +300,22 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
         suffixes = ("_bucket", "_count", "_sum") if kind == "histogram" else ("",)
         expected |= {name + suffix for suffix in suffixes}
     assert {n for n in rec.names() if n.startswith("wmobs_")} == expected
+
+
+def test_the_substream_spread_is_the_latest_batchs(rec: MetricsRecorder) -> None:
+    """Per substream policy, the spread of its latest micro-batch that had one (not the
+    largest, not a sum); none for a policy without substreams; gone once the query stops."""
+    for batch_id, spread_us in enumerate([600_000_000, None, 90_500_000]):
+        observed: dict[str, dict[str, int | None]] = {
+            "wmobs.policy.devices": {"substream_spread_us": spread_us},
+            "wmobs.policy.global": {"input_watermark_us": int(NOW * 1e6)},
+        }
+        rec.tracker.on_progress(progress_json(batch_id=batch_id, observed=observed))
+    spread = "wmobs_substream_spread_seconds"
+    assert rec.value(spread, query="q", policy="devices") == pytest.approx(90.5)
+    assert rec.value(spread, query="q", policy="global") is None
+    rec.tracker.on_terminated(rec.tracker.snapshot("q").query_id, None)  # type: ignore[union-attr]
+    assert rec.value(spread, query="q", policy="devices") is None
 
 
 def test_each_input_has_its_own_watermark_delay_and_lag(rec: MetricsRecorder, clock: Clock) -> None:

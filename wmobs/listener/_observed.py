@@ -20,6 +20,7 @@ from wmobs.observations import (
     INPUT_WATERMARK_COLUMN,
     RULES,
     STRUCT_COLUMN,
+    SUBSTREAM_SPREAD_COLUMN,
     is_wmobs_observation,
     policy_label,
 )
@@ -75,6 +76,8 @@ class PolicyCounts:
     engine: str | None = None
     watermark_us: int | None = None
     event_time_us: int | None = None
+    spread_us: int | None = None
+    """Substreams: how far the slowest key seen runs behind the fastest (µs)."""
     histograms: dict[str, HistogramCounts] = field(default_factory=dict)
 
     def histogram(self, name: str) -> HistogramCounts:
@@ -153,6 +156,8 @@ def _fold_column(policy: PolicyCounts, column: str, value: Any) -> bool:
         policy.watermark_us = None if value is None else int(value)
     elif column == INPUT_EVENT_TIME_COLUMN:
         policy.event_time_us = None if value is None else int(value)
+    elif column == SUBSTREAM_SPREAD_COLUMN:
+        policy.spread_us = None if value is None else int(value)
     elif column.startswith("hist:"):
         return _fold_histogram(policy, column, value)
     else:

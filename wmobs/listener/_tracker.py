@@ -97,6 +97,9 @@ class PolicySnapshot:
     """Largest watermark of this input seen, unix seconds."""
     max_event_time: float | None = None
     """Largest event time of this input seen, unix seconds."""
+    substream_spread: float | None = None
+    """Substreams: in the latest micro-batch that judged rows, how far the slowest key seen
+    ran behind the fastest, seconds (what ``substream_skew`` must cover)."""
     histograms: dict[str, HistogramCounts] = field(default_factory=dict)
     """Per histogram name of :data:`wmobs.observations.HISTOGRAMS`: counts so far."""
 
@@ -238,6 +241,8 @@ def _fold_policy(policy: PolicySnapshot, counts: PolicyCounts) -> None:
         )
     policy.watermark = _later(policy.watermark, counts.watermark_us)
     policy.max_event_time = _later(policy.max_event_time, counts.event_time_us)
+    if counts.spread_us is not None:
+        policy.substream_spread = counts.spread_us / 1e6
 
 
 def _later(current: float | None, micros: int | None) -> float | None:

@@ -24,6 +24,7 @@ Prometheus name                            type       labels                    
 ``wmobs_query_active``                     gauge      query                        ``{query}``
 ``wmobs_query_terminations_total``         counter    query, outcome               ``{query}``
 ``wmobs_source_backlog_records``           gauge      query, source                ``{record}``
+``wmobs_substream_spread_seconds``         gauge      query, policy                ``s``
 =========================================  =========  ===========================  ==========
 
 Label ``policy`` is a time policy's name (``TimePolicy(name=...)``, or the default name an
@@ -58,6 +59,11 @@ is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``in
   holds that the query has not read yet, as the source reports it after each micro-batch
   (Kafka's ``maxOffsetsBehindLatest``, the partition furthest behind); absent for sources that
   report none. ``source`` is the source's description (``KafkaV2[Subscribe[topic]]``).
+- ``wmobs_substream_spread_seconds``: per policy with ``substream_by`` of an active query, in
+  its latest micro-batch that judged rows, how far the slowest key seen ran behind the fastest
+  (the largest minus the smallest of those keys' largest system timestamps). A window
+  aggregation after the policy drops a key's rows once this passes ``out_of_order`` plus
+  ``substream_skew``: size ``substream_skew`` to its peaks.
 - ``wmobs_event_queueing_delay_seconds``: the micro-batch's time minus the arrival time of
   every row that has one (Kafka's ``timestamp``): how long rows waited in the broker before a
   micro-batch read them; the buckets of the arrival delay.
@@ -121,6 +127,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_event_lateness_seconds": ("histogram", ("query", "policy")),
     "wmobs_event_queueing_delay_seconds": ("histogram", ("query", "policy")),
     "wmobs_source_backlog_records": ("gauge", ("query", "source")),
+    "wmobs_substream_spread_seconds": ("gauge", ("query", "policy")),
 }
 """The metric contract (``docs/reference/metrics.md``): Prometheus name -> (type, labels)."""
 
@@ -179,6 +186,13 @@ def _input_time_gauge(value_of: str) -> ObserveFn:
 
 
 # ---- callbacks: (snapshot, now) -> observations ----------------------------------------
+
+
+def _substream_spread(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
+    if snap.active:
+        for label, state in snap.policies.items():
+            if state.substream_spread is not None:
+                yield Observation(state.substream_spread, _p(snap, label))
 
 
 def _watermark_timestamp(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
@@ -350,6 +364,12 @@ OBSERVABLES: tuple[Observable, ...] = (
         "wmobs.input.event_time.lag", "wmobs_input_event_time_lag_seconds", "gauge", "s",
         "Wall clock at collection minus the largest event time of one time policy's input.",
         _input_time_gauge("max_event_time"),
+    ),
+    Observable(
+        "wmobs.substream.spread", "wmobs_substream_spread_seconds", "gauge", "s",
+        "A substream policy's latest micro-batch: how far its slowest key seen ran behind "
+        "the fastest.",
+        _substream_spread,
     ),
 )  # fmt: skip
 """Every instrument but the batch-duration histogram, which is recorded, not observed."""

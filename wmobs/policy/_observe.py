@@ -17,6 +17,7 @@ from wmobs.observations import (
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
     STRUCT_COLUMN,
+    SUBSTREAM_SPREAD_COLUMN,
     bounds_us,
     histogram_buckets_column,
     histogram_sum_column,
@@ -33,11 +34,13 @@ from wmobs.policy._verdicts import (
     DELAY_BUCKET,
     DROPPED_BITS,
     EVENT,
+    FASTEST,
     IDLE,
     LATENESS,
     LATENESS_BUCKET,
     QUEUE,
     QUEUE_BUCKET,
+    SLOWEST,
     TS,
     VERDICT,
     VERDICT_BITS,
@@ -130,6 +133,9 @@ def _counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> list[Column]
     counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
     event = _event_time(ctx, staged)
     counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
+    if ctx.substream_by is not None:  # each partition's, on its first row
+        spread = F.max(F.col(FASTEST)) - F.min(F.col(SLOWEST))
+        counts.append(spread.alias(SUBSTREAM_SPREAD_COLUMN))
     return counts
 
 
@@ -169,6 +175,7 @@ def _jvm_observation(
         }
         if _queueing(ctx)
         else None,
+        "spread": SUBSTREAM_SPREAD_COLUMN if ctx.substream_by is not None else None,
     }
     arguments = [
         F.col(VERDICT),
@@ -177,6 +184,7 @@ def _jvm_observation(
         F.col(IDLE) if ctx.idle else F.lit(REAL).cast("long"),
         *([F.col(DELAY), F.col(LATENESS)] if ctx.distributions else []),
         *([F.col(QUEUE)] if _queueing(ctx) else []),
+        *([F.col(SLOWEST), F.col(FASTEST)] if ctx.substream_by is not None else []),
     ]
     return staged, _jvm.observation(spec, *arguments).alias(STRUCT_COLUMN)
 

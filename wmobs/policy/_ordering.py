@@ -14,11 +14,13 @@ from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
     DROPPED_BITS,
+    FASTEST,
     IDLE,
     KEY,
     LATENESS,
     OOO_ADJUSTED,
     OOO_DROPPED,
+    SLOWEST,
     TS,
     VERDICT,
     WATERMARK,
@@ -112,7 +114,10 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     # the input columns and the key go through the shuffle.
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
     staged = judge_arrival(ctx, partitioned)
-    staged = staged.drop(WATERMARK, BATCH_TIME).withColumn(LATENESS, F.lit(None).cast("long"))
+    nothing = F.lit(None).cast("long")  # filled by the judge
+    staged = staged.drop(WATERMARK, BATCH_TIME).withColumns(
+        {LATENESS: nothing, SLOWEST: nothing, FASTEST: nothing}
+    )
     output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
     spec = _spec(ctx)
     if ctx.engine.jvm:
@@ -122,6 +127,7 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
         positions = {"key": KEY, "ts": TS, "arrival": ARRIVAL, "verdict": VERDICT}
         spec |= {field: at[column] for field, column in positions.items()}
         spec |= {"idle": at[IDLE] if ctx.idle else None, "lateness": at[LATENESS]}
+        spec |= {"slowest": at[SLOWEST], "fastest": at[FASTEST]}
         judged: DataFrame = _jvm.substreams(staged, spec)
         return judged.select(*[F.col(f"`{c}`") for c in output])
     from wmobs.policy._substream_judge import SubstreamConfig
@@ -139,7 +145,15 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     stage = substream_stage(
         config,
         Columns(
-            KEY, TS, ARRIVAL, VERDICT, IDLE if ctx.idle else None, tuple(output), lateness=LATENESS
+            KEY,
+            TS,
+            ARRIVAL,
+            VERDICT,
+            IDLE if ctx.idle else None,
+            tuple(output),
+            lateness=LATENESS,
+            slowest=SLOWEST,
+            fastest=FASTEST,
         ),
         checkpoint=ctx.checkpoint or "",
         directory=spec["directory"],

@@ -130,6 +130,9 @@ class PartitionVerdicts:
     """With the idle timeout, when keys' clocks moved: (largest moved timestamp µs, firings)."""
     behind_us: npt.NDArray[np.int64]
     """As :attr:`Judged.behind_us`."""
+    spread: tuple[int, int] | None = None
+    """The smallest and the largest of the rows' keys' largest system timestamps after them
+    (µs), ``None`` for no key with one: how far the slowest key seen runs behind the fastest."""
 
 
 def judge_partition(
@@ -184,7 +187,9 @@ def judge_partition(
     if heartbeat and config.idle_timeout_ms is not None:
         synthetic = advance_idle(state, now_ms=now_ms, timeout_ms=config.idle_timeout_ms)
     verdicts = np.where(judged.out_of_order, verdicts | config.ooo_bit, verdicts)
-    return PartitionVerdicts(judged.system_us, verdicts, synthetic, judged.behind_us), state
+    largest = judged.last[judged.last != NONE]
+    spread = (int(largest.min()), int(largest.max())) if len(largest) else None
+    return PartitionVerdicts(judged.system_us, verdicts, synthetic, judged.behind_us, spread), state
 
 
 def _find(

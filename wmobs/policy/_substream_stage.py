@@ -40,6 +40,10 @@ class Columns:
     lateness: str | None = None
     """An output column (µs) to fill with each row's lateness behind its key (null for rows
     not in play)."""
+    slowest: str | None = None
+    fastest: str | None = None
+    """Output columns (µs) for the partition's slowest and fastest key's largest system
+    timestamp, on its first real row (null on the others)."""
 
 
 def substream_stage(
@@ -124,6 +128,9 @@ def substream_stage(
         system[real], verdict[real] = judged.system_us, judged.verdicts
         behind = np.full(len(ts), -1, dtype=np.int64)
         behind[real] = judged.behind_us
+        spread_at = -1  # the first real row carries the partition's spread
+        if judged.spread is not None:
+            spread_at = 0 if beats is None else int(np.argmax(~beats))
         schema = pa.schema([parts[0].schema.field(name) for name in columns.output])
         offset = 0
         for part in parts:
@@ -136,6 +143,7 @@ def substream_stage(
             if columns.lateness is not None:
                 late = behind[offset:end]
                 replaced[columns.lateness] = pa.array(late, pa.int64(), mask=late < 0)
+            replaced |= _spread_columns(columns, judged.spread, spread_at - offset, part.num_rows)
             arrays = [replaced[n] if n in replaced else part.column(n) for n in columns.output]
             out = pa.RecordBatch.from_arrays(arrays, schema=schema)
             if beats is not None:
@@ -147,6 +155,25 @@ def substream_stage(
             yield _synthetic_row(parts, beats, columns, judged.synthetic, schema)
 
     return stage
+
+
+def _spread_columns(
+    columns: Columns, spread: tuple[int, int] | None, at: int, rows: int
+) -> dict[str, Any]:
+    """``columns.slowest`` and ``columns.fastest`` of ``rows`` rows: ``spread`` on row ``at``
+    (when it is one of them), null elsewhere."""
+    import pyarrow as pa
+
+    if columns.slowest is None or columns.fastest is None:
+        return {}
+    absent = np.ones(rows, dtype=bool)
+    if spread is not None and 0 <= at < rows:
+        absent[at] = False
+    values = spread or (0, 0)
+    return {
+        name: pa.array(np.full(rows, value, dtype=np.int64), pa.int64(), mask=absent)
+        for name, value in zip((columns.slowest, columns.fastest), values, strict=True)
+    }
 
 
 def _synthetic_row(

@@ -26,7 +26,8 @@ import java.util.Arrays;
  * <p>The arguments of each row: the verdict bits, the system timestamp (µs), the event time
  * (µs), the idle-timeout column ({@code -1} for a real row, a positive number of firings for a
  * synthetic one), with the distributions the arrival delay and the lateness (µs), and with
- * {@code queueing} the queueing delay (µs). What
+ * {@code queueing} the queueing delay (µs), with {@code spread} a substream partition's slowest
+ * and fastest key's largest system timestamp (µs; null but on one row a partition). What
  * is counted, as the columns it replaces ({@code spec}: see {@link #of}):
  *
  * <ul>
@@ -40,7 +41,8 @@ import java.util.Arrays;
  *       histogram_numeric}'s points of the joint index: a value's bucket is the number of bounds
  *       below it (the last bucket is above every bound), a null's its histogram's bucket count,
  *       the index {@code delayBucket * (latenessBuckets + 1) + latenessBucket}, rows without
- *       either value not counted; and each one's sum (null without values).
+ *       either value not counted; and each one's sum (null without values);
+ *   <li>{@code spread}: the largest fastest minus the smallest slowest (null without any).
  * </ul>
  */
 public final class Observation implements Serializable {
@@ -65,6 +67,9 @@ public final class Observation implements Serializable {
   private final long[] queueBounds;
   /** Where the queueing delay is among the arguments (-1: not counted). */
   private final int queueArgument;
+  /** Substreams' spread between keys (null: not observed), and where its two arguments are. */
+  private final String spreadColumn;
+  private final int spreadArgument;
   /** How many arguments the function takes: 4, 6 with the distributions, 7 with queueing. */
   private final int arity;
   /** The name it is registered under, shown in plans. */
@@ -100,7 +105,10 @@ public final class Observation implements Serializable {
     queueSumColumn = queued ? queueing.get("sum").asText() : null;
     queueBounds = queued ? bounds(queueing.get("bounds")) : new long[0];
     queueArgument = queued ? (distributions ? 6 : 4) : -1;
-    arity = 4 + (distributions ? 2 : 0) + (queued ? 1 : 0);
+    spreadColumn = text(spec, "spread");
+    int before = 4 + (distributions ? 2 : 0) + (queued ? 1 : 0);
+    spreadArgument = spreadColumn == null ? -1 : before;
+    arity = before + (spreadColumn == null ? 0 : 2);
   }
 
   @Override
@@ -130,7 +138,9 @@ public final class Observation implements Serializable {
    * watermark} and {@code event_time} (column names), {@code tolerance_us}, and {@code
    * histogram} (null, or {@code buckets} and {@code sums}: column names, {@code bounds}: two
    * ascending lists of µs), and {@code queueing} (null, or {@code buckets} and {@code sum}:
-   * column names, {@code bounds}: ascending µs).
+   * column names, {@code bounds}: ascending µs), and {@code spread} (null, or a column name:
+   * then two more arguments, the slowest and the fastest key's largest timestamp of a
+   * partition of substreams, whose spread over the batch it gives).
    */
   static Observation of(JsonNode spec, String name) {
     return new Observation(spec, name);
@@ -162,6 +172,10 @@ public final class Observation implements Serializable {
     double[] sums = new double[3];
     /** Whether each sum has a value (else it is null: no row had one). */
     boolean[] summed = new boolean[3];
+    /** Substreams: the smallest and the largest of the keys' largest timestamps. */
+    long slowest;
+    long fastest;
+    boolean spread;
     long[] queue;
     /** The bucket each histogram found last: rows of a batch tend to fall in the same one. */
     int[] last = new int[3];
@@ -257,6 +271,13 @@ public final class Observation implements Serializable {
       state.sums[2] += queued;
       state.summed[2] = true;
     }
+    if (spreadArgument >= 0 && !row.isNull(spreadArgument) && !row.isNull(spreadArgument + 1)) {
+      long slow = row.get(spreadArgument);
+      long fast = row.get(spreadArgument + 1);
+      state.slowest = state.spread ? Math.min(state.slowest, slow) : slow;
+      state.fastest = state.spread ? Math.max(state.fastest, fast) : fast;
+      state.spread = true;
+    }
   }
 
   State merge(State a, State b) {
@@ -283,6 +304,11 @@ public final class Observation implements Serializable {
     for (int i = 0; i < a.sums.length; i++) {
       a.sums[i] += b.sums[i];
       a.summed[i] |= b.summed[i];
+    }
+    if (b.spread) {
+      a.slowest = a.spread ? Math.min(a.slowest, b.slowest) : b.slowest;
+      a.fastest = a.spread ? Math.max(a.fastest, b.fastest) : b.fastest;
+      a.spread = true;
     }
     return a;
   }
@@ -325,6 +351,9 @@ public final class Observation implements Serializable {
       }
       columns.put(queueSumColumn, sum(state, 2));
     }
+    if (spreadColumn != null) {
+      columns.put(spreadColumn, state.spread ? Long.valueOf(state.fastest - state.slowest) : null);
+    }
     return columns.toString();
   }
 
@@ -352,6 +381,9 @@ public final class Observation implements Serializable {
         out.writeBoolean(state.summed[i]);
         out.writeDouble(state.sums[i]);
       }
+      out.writeBoolean(state.spread);
+      out.writeLong(state.slowest);
+      out.writeLong(state.fastest);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -381,6 +413,9 @@ public final class Observation implements Serializable {
         state.summed[i] = in.readBoolean();
         state.sums[i] = in.readDouble();
       }
+      state.spread = in.readBoolean();
+      state.slowest = in.readLong();
+      state.fastest = in.readLong();
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

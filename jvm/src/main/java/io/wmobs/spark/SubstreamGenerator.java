@@ -40,7 +40,9 @@ import org.apache.spark.util.SerializableConfiguration;
  * checkpoint), {@code buckets}, {@code tolerance_us}, {@code drop}, {@code ttl_ms} and {@code
  * idle_timeout_ms} (null: none), {@code candidate_bits} (verdict bits of rows no longer in
  * play), {@code ooo_bit}, and the argument positions of {@code key}, {@code ts}, {@code
- * arrival}, {@code verdict}, {@code idle} (null: no idle timeout) and {@code lateness}.
+ * arrival}, {@code verdict}, {@code idle} (null: no idle timeout) and {@code lateness}, and
+ * optionally of {@code slowest} and {@code fastest}: the smallest and largest of the
+ * partition's keys' largest system timestamps, written on its first row (null elsewhere).
  * ({@code pass_through}: yield every row as it is, judge nothing; a diagnostic of the
  * benchmarks, to measure what the judge costs.)
  */
@@ -159,6 +161,9 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     private final int verdict;
     private final int idle; // -1: none
     private final int lateness;
+    /** Where the partition's slowest and fastest key's largest timestamps go (-1: nowhere). */
+    private final int slowest;
+    private final int fastest;
     private final String[] names;
     private final boolean passThrough;
     private final Broadcast<SerializableConfiguration> conf;
@@ -181,6 +186,8 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       verdict = spec.get("verdict").asInt();
       idle = spec.path("idle").asInt(-1);
       lateness = spec.get("lateness").asInt();
+      slowest = spec.path("slowest").asInt(-1);
+      fastest = spec.path("fastest").asInt(-1);
       JsonNode columns = spec.get("columns");
       names = new String[columns.size()];
       for (int i = 0; i < names.length; i++) {
@@ -246,7 +253,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       }
       long[] system = new long[n];
       long[] behind = new long[n];
-      rules.judge(n, keys, arrivals, times, verdicts, state, nowMs, system, behind);
+      long[] spread = rules.judge(n, keys, arrivals, times, verdicts, state, nowMs, system, behind);
       long[] synthetic = heartbeat ? rules.advanceIdle(state, nowMs) : null;
       if (store != null) { // written before any row goes on
         TreeMap<Long, long[]> sorted = new TreeMap<>(state);
@@ -276,6 +283,11 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         } else {
           row.setLong(lateness, behind[r]);
         }
+        if (slowest >= 0) { // the partition's, on its first row only (the rest: null)
+          long[] values = r == 0 ? spread : NO_SPREAD;
+          setOrNull(row, slowest, values[0]);
+          setOrNull(row, fastest, values[1]);
+        }
         out.add(row);
       }
       if (synthetic != null) { // a heartbeat row carrying the moved clock
@@ -286,6 +298,16 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         out.add(row);
       }
       return out;
+    }
+
+    private static final long[] NO_SPREAD = {SubstreamRules.NONE, SubstreamRules.NONE};
+
+    private static void setOrNull(UnsafeRow row, int ordinal, long value) {
+      if (value == SubstreamRules.NONE) {
+        row.setNullAt(ordinal);
+      } else {
+        row.setLong(ordinal, value);
+      }
     }
 
     private void setVerdict(UnsafeRow row, boolean intVerdict, long value) {

@@ -55,9 +55,11 @@ public final class SubstreamRules implements Serializable {
    * seen now, no longer idle; a new key only if one of its rows counted). Out: each row's
    * system timestamp, its verdict ({@code verdicts}, with the out-of-order bit added) and how
    * far it is behind its key's largest system timestamp before it ({@code behind}: 0 if not
-   * behind or none yet, -1 for a row not in play).
+   * behind or none yet, -1 for a row not in play). Returns the smallest and the largest of
+   * the rows' keys' largest system timestamps after them ({@link #NONE} for no key with
+   * one): how far the slowest key seen runs behind the fastest.
    */
-  public void judge(
+  public long[] judge(
       int n,
       long[] keys,
       long[] arrivals,
@@ -99,6 +101,8 @@ public final class SubstreamRules implements Serializable {
       order[starts[groupOf[i] + 1]++] = i;
     }
     int[] scratch = null;
+    long slowest = NONE;
+    long fastest = NONE;
     for (int g = 0; g < groups; g++) { // group g is order[starts[g], starts[g + 1])
       int from = starts[g];
       int to = starts[g + 1];
@@ -126,6 +130,10 @@ public final class SubstreamRules implements Serializable {
         }
       }
       long last = Math.max(best, start);
+      if (last != NONE) {
+        slowest = slowest == NONE ? last : Math.min(slowest, last);
+        fastest = Math.max(fastest, last);
+      }
       if (known != null) {
         known[0] = last;
         known[1] = nowMs;
@@ -134,6 +142,7 @@ public final class SubstreamRules implements Serializable {
         state.put(groupKey[g], new long[] {last, nowMs, -1});
       }
     }
+    return new long[] {slowest, fastest};
   }
 
   /**

@@ -131,4 +131,26 @@ class ObservationTest {
     assertEquals(true, columns.get("hist:lateness:sum_us").isNull());
     assertEquals(true, columns.get("hist:queueing_delay:sum_us").isNull());
   }
+
+  @Test
+  void theSpreadOfSubstreamsIsTheFastestMinusTheSlowestOverPartitions() throws Exception {
+    String spec =
+        "{\"counts\": [], \"dropped_bits\": 85, \"watermark\": \"w\", \"event_time\": \"e\","
+            + " \"tolerance_us\": 0, \"spread\": \"substream_spread_us\"}";
+    Observation observation = Observation.of(JSON.readTree(spec), "wmobs_policy_observation");
+    assertEquals(6, observation.arity()); // verdict, ts, event, idle, slowest, fastest
+    Observation.State[] parts = {observation.zero(), observation.zero()};
+    observation.reduce(parts[0], row(0L, 5L, 5L, -1L, 300L, 700L)); // a partition's first row
+    observation.reduce(parts[0], row(0L, 6L, 6L, -1L, null, null)); // the rest: null
+    observation.reduce(parts[1], row(0L, 7L, 7L, -1L, 100L, 400L));
+    Observation.State merged = observation.zero();
+    for (Observation.State part : parts) {
+      observation.merge(merged, observation.deserialize(observation.serialize(part)));
+    }
+    assertEquals(700 - 100, JSON.readTree(observation.finish(merged))
+        .get("substream_spread_us").asLong());
+    Observation.State none = observation.zero();
+    observation.reduce(none, row(0L, 5L, 5L, -1L, null, null));
+    assertEquals(true, JSON.readTree(observation.finish(none)).get("substream_spread_us").isNull());
+  }
 }

@@ -1,5 +1,6 @@
 package io.wmobs.spark;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 
@@ -61,6 +62,24 @@ class ReferenceTest {
   private static SubstreamRules rules(long toleranceUs, boolean drop) {
     return new SubstreamRules(
         toleranceUs, drop, -1, -1, DROPPED_BITS, drop ? OOO_DROPPED : OOO_ADJUSTED);
+  }
+
+  @Test
+  void theJudgeSaysHowFarTheSlowestKeyRunsBehindTheFastest() {
+    SubstreamRules rules = rules(0, false);
+    java.util.Map<Long, long[]> state = new java.util.HashMap<>();
+    state.put(3L, new long[] {900, 0, -1}); // key 3 seen before, at 900: not in this partition
+    long[] keys = {1, 2, 1, 4};
+    long[] arrivals = {1, 2, 3, 4};
+    long[] times = {100, 700, 300, 50};
+    long[] verdicts = {0, 0, 0, EARLY_DROPPED}; // key 4's only row is dropped: no largest
+    long[] spread =
+        rules.judge(4, keys, arrivals, times, verdicts, state, 0, new long[4], new long[4]);
+    assertArrayEquals(new long[] {300, 700}, spread); // keys 1 and 2, after their rows
+    long none = SubstreamRules.NONE;
+    long[] nothing = rules.judge(0, new long[0], new long[0], new long[0], new long[0], state, 0,
+        new long[0], new long[0]);
+    assertArrayEquals(new long[] {none, none}, nothing);
   }
 
   @Test
