@@ -22,6 +22,7 @@ from wmobs.observations import (
     IDLE_TIMEOUT_COLUMN,
     INPUT_EVENT_TIME_COLUMN,
     INPUT_WATERMARK_COLUMN,
+    SUBSTREAM_SPREAD_COLUMN,
     rule_column,
 )
 from wmobs.policy import histogram_counts
@@ -108,6 +109,7 @@ def test_dashboard_and_alerts_against_real_prometheus(
                 F.lit(0).alias(IDLE_TIMEOUT_COLUMN),
                 F.max(F.unix_micros("event_time") - 5_000_000).alias(INPUT_WATERMARK_COLUMN),
                 F.max(F.unix_micros("event_time")).alias(INPUT_EVENT_TIME_COLUMN),
+                F.lit(5_000_000).cast("long").alias(SUBSTREAM_SPREAD_COLUMN),
                 *histogram_counts(
                     "arrival_delay",
                     F.unix_micros("timestamp") - F.unix_micros("event_time"),
