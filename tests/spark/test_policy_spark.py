@@ -470,15 +470,16 @@ def test_a_lagging_keys_rows_reach_downstream_windows_with_substream_skew(
         assert counted["B"] == 30 and counted["A"] < 30 and dropped > 0, (counted, dropped)
     else:
         assert counted == {"A": 30, "B": 30} and dropped == 0, (counted, dropped)
-    # The input's watermark, as exported, is the one the policy puts on its output.
+    # The input's watermark, as exported, is the one the policy puts on its output. (Spark
+    # 3.5's progress of a micro-batch without input has no observedMetrics at all.)
+    judged = [p for p in query.recentProgress if p["numInputRows"]]
     delay = 60 + (0 if skew is None else 900)
     largest = epoch("12:10") + 5 * 60 + 40  # B's last row
-    assert input_times(query.recentProgress, policy)[0] == (largest - delay) * 10**6
+    assert input_times(judged, policy)[0] == (largest - delay) * 10**6
     # What substream_skew must cover, observed in every micro-batch: A 10 minutes behind B.
     spreads = {
         observation_columns(p["observedMetrics"][policy.observation_name])["substream_spread_us"]
-        for p in query.recentProgress
-        if p["numInputRows"]
+        for p in judged
     }
     assert spreads == {600 * 10**6}, spreads
 
