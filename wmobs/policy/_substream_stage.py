@@ -160,19 +160,19 @@ def substream_stage(
 def _spread_columns(
     columns: Columns, spread: tuple[int, int] | None, at: int, rows: int
 ) -> dict[str, Any]:
-    """``columns.slowest`` and ``columns.fastest`` of ``rows`` rows: ``spread`` on row ``at``
-    (when it is one of them), null elsewhere."""
+    """``columns.slowest`` and ``columns.fastest`` of a part of ``rows`` rows whose row ``at``
+    carries ``spread``; none for the other parts, whose columns stay null as they came."""
     import pyarrow as pa
 
-    if columns.slowest is None or columns.fastest is None:
+    if columns.slowest is None or columns.fastest is None or spread is None:
+        return {}
+    if not 0 <= at < rows:
         return {}
     absent = np.ones(rows, dtype=bool)
-    if spread is not None and 0 <= at < rows:
-        absent[at] = False
-    values = spread or (0, 0)
+    absent[at] = False
     return {
         name: pa.array(np.full(rows, value, dtype=np.int64), pa.int64(), mask=absent)
-        for name, value in zip((columns.slowest, columns.fastest), values, strict=True)
+        for name, value in zip((columns.slowest, columns.fastest), spread, strict=True)
     }
 
 

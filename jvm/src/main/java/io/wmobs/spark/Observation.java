@@ -70,7 +70,10 @@ public final class Observation implements Serializable {
   /** Substreams' spread between keys (null: not observed), and where its two arguments are. */
   private final String spreadColumn;
   private final int spreadArgument;
-  /** How many arguments the function takes: 4, 6 with the distributions, 7 with queueing. */
+  /**
+   * How many arguments the function takes: 4, 2 more with the distributions, 1 with queueing,
+   * 2 with the spread.
+   */
   private final int arity;
   /** The name it is registered under, shown in plans. */
   private final String name;
@@ -157,7 +160,7 @@ public final class Observation implements Serializable {
     long[] counts;
     long deadLetters;
     long firings;
-    // The rest: null until a value is seen.
+    // The rest: absent (null) until a value is seen, each with its flag.
     long maxTs;
     boolean hasTs;
     long maxEvent;
@@ -231,17 +234,11 @@ public final class Observation implements Serializable {
       } else {
         if (!row.isNull(1)) {
           long ts = row.get(1);
-          if (!state.hasTs || ts > state.maxTs) { // primitives: a Long per row cost 8 %
-            state.maxTs = ts;
-            state.hasTs = true;
-          }
+          raiseTs(state, ts); // primitives: a Long per row cost 8 %
         }
         if (real && !row.isNull(2)) {
           long event = row.get(2);
-          if (!state.hasEvent || event > state.maxEvent) {
-            state.maxEvent = event;
-            state.hasEvent = true;
-          }
+          raiseEvent(state, event);
         }
       }
     }
@@ -272,12 +269,29 @@ public final class Observation implements Serializable {
       state.summed[2] = true;
     }
     if (spreadArgument >= 0 && !row.isNull(spreadArgument) && !row.isNull(spreadArgument + 1)) {
-      long slow = row.get(spreadArgument);
-      long fast = row.get(spreadArgument + 1);
-      state.slowest = state.spread ? Math.min(state.slowest, slow) : slow;
-      state.fastest = state.spread ? Math.max(state.fastest, fast) : fast;
-      state.spread = true;
+      widen(state, row.get(spreadArgument), row.get(spreadArgument + 1));
     }
+  }
+
+  private static void raiseTs(State state, long ts) {
+    if (!state.hasTs || ts > state.maxTs) {
+      state.maxTs = ts;
+      state.hasTs = true;
+    }
+  }
+
+  private static void raiseEvent(State state, long event) {
+    if (!state.hasEvent || event > state.maxEvent) {
+      state.maxEvent = event;
+      state.hasEvent = true;
+    }
+  }
+
+  /** The spread of {@code state} widened to take in {@code slow} and {@code fast}. */
+  private static void widen(State state, long slow, long fast) {
+    state.slowest = state.spread ? Math.min(state.slowest, slow) : slow;
+    state.fastest = state.spread ? Math.max(state.fastest, fast) : fast;
+    state.spread = true;
   }
 
   State merge(State a, State b) {
@@ -287,13 +301,11 @@ public final class Observation implements Serializable {
     }
     a.deadLetters += b.deadLetters;
     a.firings += b.firings;
-    if (b.hasTs && (!a.hasTs || b.maxTs > a.maxTs)) {
-      a.maxTs = b.maxTs;
-      a.hasTs = true;
+    if (b.hasTs) {
+      raiseTs(a, b.maxTs);
     }
-    if (b.hasEvent && (!a.hasEvent || b.maxEvent > a.maxEvent)) {
-      a.maxEvent = b.maxEvent;
-      a.hasEvent = true;
+    if (b.hasEvent) {
+      raiseEvent(a, b.maxEvent);
     }
     for (int i = 0; i < a.buckets.length; i++) {
       a.buckets[i] += b.buckets[i];
@@ -306,9 +318,7 @@ public final class Observation implements Serializable {
       a.summed[i] |= b.summed[i];
     }
     if (b.spread) {
-      a.slowest = a.spread ? Math.min(a.slowest, b.slowest) : b.slowest;
-      a.fastest = a.spread ? Math.max(a.fastest, b.fastest) : b.fastest;
-      a.spread = true;
+      widen(a, b.slowest, b.fastest);
     }
     return a;
   }

@@ -283,12 +283,12 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         } else {
           row.setLong(lateness, behind[r]);
         }
-        if (slowest >= 0) { // the partition's, on its first row only (the rest: null)
-          long[] values = r == 0 ? spread : NO_SPREAD;
-          setOrNull(row, slowest, values[0]);
-          setOrNull(row, fastest, values[1]);
-        }
         out.add(row);
+      }
+      // The partition's spread, on its first row; the column is null on every row it gets.
+      if (slowest >= 0 && n > 0 && spread[0] != SubstreamRules.NONE) {
+        rows.get(real[0]).setLong(slowest, spread[0]);
+        rows.get(real[0]).setLong(fastest, spread[1]);
       }
       if (synthetic != null) { // a heartbeat row carrying the moved clock
         UnsafeRow row = rows.get(firstBeat);
@@ -298,16 +298,6 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         out.add(row);
       }
       return out;
-    }
-
-    private static final long[] NO_SPREAD = {SubstreamRules.NONE, SubstreamRules.NONE};
-
-    private static void setOrNull(UnsafeRow row, int ordinal, long value) {
-      if (value == SubstreamRules.NONE) {
-        row.setNullAt(ordinal);
-      } else {
-        row.setLong(ordinal, value);
-      }
     }
 
     private void setVerdict(UnsafeRow row, boolean intVerdict, long value) {
