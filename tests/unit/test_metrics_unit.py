@@ -495,3 +495,48 @@ def test_a_replayed_micro_batch_is_not_counted_twice(rec: MetricsRecorder) -> No
     assert rec.value("wmobs_policy_events_total", **labels) == 4
     assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="p") == 4
     assert rec.value("wmobs_input_rows_total", query="q") == 15
+
+
+def test_a_new_query_under_an_earlier_ones_name_continues_its_series(
+    rec: MetricsRecorder,
+) -> None:
+    """Each new checkpoint is a new query id; under the same name it is the same series: one
+    sample per label set (never two, which Prometheus refuses), counters and histograms that
+    go on from the earlier query's, gauges of the new one. The earlier query's termination
+    arrives after the new one started (Spark frees the name first): it still counts, and the
+    new query stays active."""
+    observed = {
+        "wmobs.policy.p": {rule_column("late_arrival", "dropped"): 2, "dead_letter_rows": 2}
+    }
+    ops = [state_operator(rows_total=7, dropped_by_watermark=3)]
+    rec.tracker.on_started("old", "run-1", "q")
+    rec.tracker.on_progress(
+        progress_json(id="old", batch_id=5, rows=10, watermark=NOW - 5, observed=observed,
+                      state_operators=ops)
+    )  # fmt: skip
+    rec.tracker.on_started("new", "run-2", "q")
+    rec.tracker.on_terminated("old", exception="java.lang.RuntimeException: boom")
+    rec.tracker.on_progress(
+        progress_json(id="new", batch_id=0, rows=4, watermark=NOW - 60, observed=observed,
+                      state_operators=[state_operator(rows_total=1, dropped_by_watermark=1)])
+    )  # fmt: skip
+
+    samples = [s for f in rec.registry.collect() for s in f.samples]
+    keys = [(s.name, tuple(sorted(s.labels.items()))) for s in samples]
+    assert len(keys) == len(set(keys)), "a series exported twice"
+    assert rec.value("wmobs_query_active", query="q") == 1
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="failed") == 1
+    assert rec.value("wmobs_input_rows_total", query="q") == 14  # the new batch 0 is no replay
+    labels = {"query": "q", "policy": "p", "rule": "late_arrival", "action": "dropped"}
+    assert rec.value("wmobs_policy_events_total", **labels) == 4
+    assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="p") == 4
+    assert rec.value("wmobs_batch_duration_seconds_count", query="q") == 2
+    operator = {"query": "q", "operator": "stateStoreSave"}
+    assert rec.value("wmobs_rows_dropped_by_watermark_total", **operator) == 4
+    assert rec.value("wmobs_state_rows", **operator) == 1  # the new query's state
+    assert rec.value("wmobs_watermark_delay_seconds", query="q") == 60  # the new checkpoint's
+    assert rec.sdk_value("wmobs_input_rows_total", query="q") == 14  # OpenTelemetry alike
+    assert rec.sdk_value("wmobs_state_rows", **operator) == 1
+    snap = rec.tracker.snapshot("q")
+    assert snap is not None and snap.query_id == "new" and snap.input_rows == 14
+    assert [s.label for s in rec.tracker.snapshots()] == ["q"]

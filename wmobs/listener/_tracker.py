@@ -136,6 +136,9 @@ class QuerySnapshot:
     """Micro-batches per bucket of :data:`BATCH_DURATION_BUCKETS` (not cumulative; the last
     one above the largest bound)."""
     batch_duration_sum: float = 0.0
+    started: int = 0
+    """When the query last started, in the tracker's order of events (the latest of several
+    queries under one name is the one whose gauges are exported)."""
 
     def policy(self, name: str | None = None) -> PolicySnapshot | None:
         """The policy ``name``; without it, the query's only policy (None if it has none, or
@@ -226,19 +229,9 @@ def _fold_observed(snap: QuerySnapshot, observed: ObservedCounts) -> None:
 
 
 def _fold_policy(policy: PolicySnapshot, counts: PolicyCounts) -> None:
-    for key, count in counts.events.items():
-        policy.events[key] = policy.events.get(key, 0) + count
-    if counts.dead_letter_rows is not None:
-        policy.dead_letter_rows = (policy.dead_letter_rows or 0) + counts.dead_letter_rows
-    if counts.idle_timeout_firings is not None:
-        firings = counts.idle_timeout_firings
-        policy.idle_timeout_firings = (policy.idle_timeout_firings or 0) + firings
+    _add_counters(policy, counts)
     if counts.engine is not None:
         policy.engine = counts.engine
-    for name, histogram in counts.histograms.items():
-        policy.histograms.setdefault(name, HistogramCounts([0] * len(histogram.buckets))).add(
-            histogram
-        )
     policy.watermark = _later(policy.watermark, counts.watermark_us)
     policy.max_event_time = _later(policy.max_event_time, counts.event_time_us)
     if counts.spread_us is not None:
@@ -253,8 +246,52 @@ def _later(current: float | None, micros: int | None) -> float | None:
     return seconds if current is None or seconds > current else current
 
 
+def _merged(group: list[QuerySnapshot]) -> QuerySnapshot:
+    """One view of the queries that ran under one name (Spark lets one run at a time; each new
+    checkpoint is a new query id): the latest one's gauges, everyone's counters and
+    histograms summed, so that each series stays one and never runs backwards."""
+    latest = max(group, key=lambda s: s.started)
+    view = copy.deepcopy(latest)
+    for other in group:
+        if other is latest:
+            continue
+        view.input_rows += other.input_rows
+        view.batches += other.batches
+        for label, op in other.operators.items():
+            mine = view.operators.setdefault(label, OperatorSnapshot())
+            mine.rows_dropped_by_watermark += op.rows_dropped_by_watermark
+        for name, policy in other.policies.items():
+            _add_counters(view.policies.setdefault(name, PolicySnapshot()), policy)
+        for outcome, count in other.terminations.items():
+            view.terminations[outcome] = view.terminations.get(outcome, 0) + count
+        view.batch_durations = [
+            a + b for a, b in zip(view.batch_durations, other.batch_durations, strict=True)
+        ]
+        view.batch_duration_sum += other.batch_duration_sum
+    return view
+
+
+def _add_counters(into: PolicySnapshot, other: PolicySnapshot | PolicyCounts) -> None:
+    """``other``'s counters and histograms (a batch's, or another query's so far) added to
+    ``into``'s; not its gauges."""
+    for key, count in other.events.items():
+        into.events[key] = into.events.get(key, 0) + count
+    if other.dead_letter_rows is not None:
+        into.dead_letter_rows = (into.dead_letter_rows or 0) + other.dead_letter_rows
+    if other.idle_timeout_firings is not None:
+        into.idle_timeout_firings = (into.idle_timeout_firings or 0) + other.idle_timeout_firings
+    for name, histogram in other.histograms.items():
+        into.histograms.setdefault(name, HistogramCounts([0] * len(histogram.buckets))).add(
+            histogram
+        )
+
+
 class Tracker:
     """Thread-safe per-query state, updated by listener events, read by metric callbacks.
+
+    Kept per query id; read per label (:func:`_merged`), as a query started under the name of
+    an earlier one (a new checkpoint) continues its series. Events of the earlier one that
+    arrive late (Spark frees a name before it posts the termination) still count.
 
     ``clock`` returns unix seconds; tests inject a fake one.
     """
@@ -263,6 +300,7 @@ class Tracker:
         self.clock = clock
         self._lock = threading.Lock()
         self._queries: dict[str, QuerySnapshot] = {}  # by query id
+        self._starts = 0
         self._closed = False
 
     # ---- updates (listener thread) ---------------------------------------------------
@@ -273,13 +311,19 @@ class Tracker:
         if snap is None:
             snap = QuerySnapshot(label=name or query_id, query_id=query_id, name=name)
             self._queries[query_id] = snap
+            self._started(snap)
         return snap
+
+    def _started(self, snap: QuerySnapshot) -> None:
+        self._starts += 1
+        snap.started = self._starts
 
     def on_started(self, query_id: str, run_id: str | None, name: str | None) -> QuerySnapshot:
         with self._lock:
             snap = self._query(query_id, name)
             snap.active = True
             snap.run_id = run_id
+            self._started(snap)
             return snap
 
     def on_seen(self, query_id: str, run_id: str | None, name: str | None) -> None:
@@ -375,17 +419,27 @@ class Tracker:
 
     # ---- reads (collection thread) ---------------------------------------------------
 
+    def _views(self) -> list[QuerySnapshot]:
+        """One snapshot per label (call with the lock held): the tracker's own where a label
+        has one query (do not keep or change it), else a merged copy."""
+        groups: dict[str, list[QuerySnapshot]] = {}
+        for snap in self._queries.values():
+            groups.setdefault(snap.label, []).append(snap)
+        return [group[0] if len(group) == 1 else _merged(group) for group in groups.values()]
+
     def snapshot(self, query: str) -> QuerySnapshot | None:
-        """A copy of the snapshot of ``query`` (its label or its id)."""
+        """A copy of the snapshot of ``query``: its label (every query that ran under that
+        name), or one query's id."""
         with self._lock:
             snap = self._queries.get(query)
             if snap is None:
-                snap = next((s for s in self._queries.values() if s.label == query), None)
+                snap = next((s for s in self._views() if s.label == query), None)
             return None if snap is None else copy.deepcopy(snap)
 
     def snapshots(self) -> list[QuerySnapshot]:
+        """A copy of each label's snapshot."""
         with self._lock:
-            return [copy.deepcopy(s) for s in self._queries.values()]
+            return [copy.deepcopy(s) for s in self._views()]
 
     def observe(self, fn: Callable[[QuerySnapshot, float], Iterable[T]]) -> list[T]:
         """Apply ``fn(snapshot, now)`` to every query under the lock; nothing once closed.
@@ -397,6 +451,6 @@ class Tracker:
                 return []
             now = self.clock()
             out: list[T] = []
-            for snap in self._queries.values():
+            for snap in self._views():
                 out.extend(fn(snap, now))
             return out

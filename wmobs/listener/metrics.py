@@ -3,7 +3,9 @@
 Names below are as Prometheus scrapes them; the OpenTelemetry instrument name is the same with
 dots and without the unit suffix (``wmobs.watermark.delay``, unit ``s``). Label ``query`` is
 the query's name, or its id when it has none (never the run id, so a restarted query keeps its
-series).
+series). A query started under an earlier one's name with a new checkpoint (a new id) continues
+that name's series: its counters and histograms go on from the earlier one's, its gauges are
+its own.
 
 =========================================  =========  ===========================  ==========
 Prometheus name                            type       labels                       unit
