@@ -12,6 +12,7 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.Arrays;
+import java.util.BitSet;
 
 /**
  * Everything a time policy observes in one micro-batch, counted without Spark: the verdict
@@ -44,6 +45,13 @@ import java.util.Arrays;
  *       either value not counted; and each one's sum (null without values);
  *   <li>{@code spread}: the largest fastest minus the smallest slowest (null without any).
  * </ul>
+ *
+ * <p>Each task's counts carry the partition it counted ({@link #place}), and a merge takes a
+ * partition's counts once: where Spark runs a stage's tasks again (an executor lost with its
+ * shuffle output, a fetch failure, a speculative copy), before Spark 4.3 the accumulator behind
+ * {@code observe} is handed every successful attempt's counts, and each verdict was counted
+ * twice. A micro-batch's partition holds the same rows in every attempt (the same offsets),
+ * so the first counts are the counts.
  */
 public final class Observation implements Serializable {
   private static final long serialVersionUID = 2L;
@@ -182,6 +190,16 @@ public final class Observation implements Serializable {
     long[] queue;
     /** The bucket each histogram found last: rows of a batch tend to fall in the same one. */
     int[] last = new int[3];
+    /** The partitions counted (a task's: its one; merged: theirs); empty: not known. */
+    BitSet partitions = new BitSet();
+    /** Whether a task's counts have been placed in their partition yet. */
+    boolean placed;
+  }
+
+  /** Counts from here on are partition {@code partition}'s (a task's, before its rows). */
+  static void place(State state, int partition) {
+    state.partitions.set(partition);
+    state.placed = true;
   }
 
   State zero() {
@@ -294,7 +312,20 @@ public final class Observation implements Serializable {
     state.spread = true;
   }
 
+  /**
+   * {@code b} added to {@code a}, unless every partition {@code b} counted is in {@code a}
+   * already. (Spark merges one task's counts at a time into the driver's: a {@code b} of several
+   * partitions, some of them counted, cannot be taken apart and is added whole.)
+   */
   State merge(State a, State b) {
+    if (!b.partitions.isEmpty()) {
+      BitSet unseen = (BitSet) b.partitions.clone();
+      unseen.andNot(a.partitions);
+      if (unseen.isEmpty()) {
+        return a; // another attempt of a partition already counted
+      }
+      a.partitions.or(b.partitions);
+    }
     a.rows += b.rows;
     for (int i = 0; i < a.counts.length; i++) {
       a.counts[i] += b.counts[i];
@@ -394,6 +425,11 @@ public final class Observation implements Serializable {
       out.writeBoolean(state.spread);
       out.writeLong(state.slowest);
       out.writeLong(state.fastest);
+      long[] partitions = state.partitions.toLongArray();
+      out.writeInt(partitions.length);
+      for (long word : partitions) {
+        out.writeLong(word);
+      }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -426,6 +462,12 @@ public final class Observation implements Serializable {
       state.spread = in.readBoolean();
       state.slowest = in.readLong();
       state.fastest = in.readLong();
+      long[] partitions = new long[in.readInt()];
+      for (int i = 0; i < partitions.length; i++) {
+        partitions[i] = in.readLong();
+      }
+      state.partitions = BitSet.valueOf(partitions);
+      state.placed = !state.partitions.isEmpty();
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

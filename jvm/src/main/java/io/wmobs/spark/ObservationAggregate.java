@@ -2,6 +2,7 @@ package io.wmobs.spark;
 
 import java.io.Serializable;
 import java.util.List;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -105,6 +106,13 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
   public Observation.State update(Observation.State state, InternalRow input) {
     if (ordinals == null) {
       locate();
+    }
+    if (!state.placed) {
+      TaskContext task = TaskContext.get();
+      if (task != null) {
+        Observation.place(state, task.partitionId());
+      }
+      state.placed = true;
     }
     row = input;
     observation.reduce(state, this);

@@ -77,6 +77,47 @@ class ObservationTest {
   }
 
   @Test
+  void aPartitionCountedAgainIsCountedOnce() throws Exception {
+    // Spark before 4.3 hands the accumulator every successful attempt of a task: a stage run
+    // again after a fetch failure, a speculative copy. The same partition's rows are the same.
+    Observation observation = observation();
+    Random rnd = new Random(7);
+    Observation.State[] tasks = new Observation.State[3];
+    Observation.State whole = observation.zero();
+    for (int partition = 0; partition < tasks.length; partition++) {
+      tasks[partition] = observation.zero();
+      Observation.place(tasks[partition], partition * 100); // sparse partition ids
+      for (int i = 0; i < 50; i++) {
+        Observation.Arguments arguments = random(rnd);
+        observation.reduce(tasks[partition], arguments);
+        observation.reduce(whole, arguments);
+      }
+    }
+    Observation.State merged = observation.zero();
+    int[] arrivals = {0, 1, 0, 2, 1, 2, 2}; // attempts in the order the driver gets them
+    for (int partition : arrivals) {
+      Observation.State sent = observation.deserialize(observation.serialize(tasks[partition]));
+      observation.merge(merged, sent);
+    }
+    assertEquals(observation.finish(whole), observation.finish(merged));
+    // A merged state brings its partitions along: merged again, it adds nothing.
+    observation.merge(merged, observation.deserialize(observation.serialize(merged)));
+    assertEquals(observation.finish(whole), observation.finish(merged));
+  }
+
+  @Test
+  void countsWithoutAPartitionAreAlwaysAdded() throws Exception {
+    // Counted outside a task (no partition known): nothing to tell attempts apart by.
+    Observation observation = observation();
+    Observation.State one = observation.zero();
+    observation.reduce(one, row(4L, 10L, 10L, -1L, null, null, null));
+    Observation.State merged = observation.zero();
+    observation.merge(merged, one);
+    observation.merge(merged, observation.deserialize(observation.serialize(one)));
+    assertEquals(2, JSON.readTree(observation.finish(merged)).get("rule:early_arrival:dropped").asLong());
+  }
+
+  @Test
   void countsWhatTheSpecNames() throws Exception {
     Observation observation = observation();
     Observation.State state = observation.zero();
