@@ -1150,3 +1150,58 @@ def test_a_stage_spark_runs_again_is_counted_once(spark: Any, tmp_path: Path, en
         assert counted == (10, 30, 10)
     else:  # documented: docs/guide/engines.md
         assert counted[0] > 10 and counted[2] > 10
+
+
+@contextlib.contextmanager
+def sorts_spilling_every(spark: Any, rows: int) -> Iterator[None]:
+    """Spark's external sorters of this (local) application spill to disk every ``rows`` rows
+    (its test setting, read when a sorter is made), as a task short of memory would."""
+    key = "spark.shuffle.spill.numElementsForceSpillThreshold"
+    conf = spark.sparkContext._jsc.sc().conf()  # the live SparkConf, SparkEnv's in local mode
+    conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        conf.remove(key)
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_a_partition_of_few_keys_is_judged_exactly_when_sorts_spill(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """300 rows of 3 keys in one micro-batch, arrival times tied ten at a time: every key's rows
+    are judged in arrival order, ties in the order they came, as an event-at-a-time
+    computation says, also where the JVM engine's sort of the partition spills to disk every 8
+    rows (no task holds its partition on the heap)."""
+    if engine == "python":
+        needs_python_engine(spark)
+    rnd = random.Random(5)
+    start, tolerance = epoch("12:00"), 30
+    rows = []
+    for i in range(300):
+        arrival = start + i // 10
+        rows.append((i, arrival - rnd.randrange(0, 120), arrival, f"d{rnd.randrange(3)}"))
+    write_rows(
+        tmp_path / "in",
+        "rows",
+        [{"id": i, "EventTime": iso(e), "ArrivalTime": iso(a), "deviceId": d}
+         for i, e, a, d in rows],
+    )  # fmt: skip
+    expected, best = {}, {}
+    for i, event, _, device in sorted(rows, key=lambda r: r[2]):  # stable: ties keep order
+        mark = best.get(device)
+        expected[i] = mark - tolerance if mark is not None and event < mark - tolerance else event
+        best[device] = max(best.get(device, event), event)
+    policy = TimePolicy(
+        early_arrival=None,
+        late_arrival="10 minutes",
+        out_of_order=f"{tolerance} seconds",
+        substream_by=["deviceId"],
+        name=f"spilled_{engine}",
+        engine=engine,
+    )
+    with sorts_spilling_every(spark, 8):
+        kept, counts, _ = run_policy(spark, policy, tmp_path / "in", tmp_path, policy.state_name)
+    assert kept == expected
+    adjusted = sum(1 for i, e, _, _ in rows if expected[i] != e)
+    assert counts[("out_of_order", "adjusted")] == adjusted > 0

@@ -133,7 +133,7 @@ def _counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> list[Column]
     counts.append((F.max(F.when(kept, F.col(TS))) - tolerance).alias(INPUT_WATERMARK_COLUMN))
     event = _event_time(ctx, staged)
     counts.append(F.max(F.when(kept & real, event)).alias(INPUT_EVENT_TIME_COLUMN))
-    if ctx.substream_by is not None:  # each partition's, on its first row
+    if ctx.substream_by is not None:  # each partition's, on one of its rows
         spread = F.max(F.col(FASTEST)) - F.min(F.col(SLOWEST))
         counts.append(spread.alias(SUBSTREAM_SPREAD_COLUMN))
     return counts

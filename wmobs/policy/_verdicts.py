@@ -64,7 +64,7 @@ EVENT = "wmobs__event_us"
 SLOWEST = "wmobs__key_slowest_us"
 FASTEST = "wmobs__key_fastest_us"
 """Substreams: the smallest and the largest of a partition's keys' largest system timestamps
-(µs), on its first row (null on the others), from which ``observe`` finds the batch's spread."""
+(µs), on one of its rows (null on the others), from which ``observe`` finds the batch's spread."""
 INTERNAL = (
     TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS, DELAY_BUCKET,
     LATENESS_BUCKET, BUCKETS, EVENT, QUEUE, QUEUE_BUCKET, SLOWEST, FASTEST,

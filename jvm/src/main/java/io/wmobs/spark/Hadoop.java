@@ -9,11 +9,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 import java.util.UUID;
-import java.util.concurrent.Callable;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -41,21 +36,6 @@ final class Hadoop {
   private static final Set<String> OBJECT_STORES =
       Set.of("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "az");
 
-  /**
-   * Threads for files read or written side by side ({@link #inParallel}): most of the time of
-   * a small file is waiting for the filesystem or the object store, not the CPU.
-   */
-  private static final int PARALLEL = 16;
-
-  private static final ExecutorService IO =
-      Executors.newFixedThreadPool(
-          PARALLEL,
-          work -> {
-            Thread thread = new Thread(work, "wmobs-io");
-            thread.setDaemon(true);
-            return thread;
-          });
-
   private Hadoop() {}
 
   /**
@@ -68,49 +48,6 @@ final class Hadoop {
     Configuration hadoop = spark.sessionState().newHadoopConf();
     return JavaSparkContext.fromSparkContext(spark.sparkContext())
         .broadcast(new SerializableConfiguration(hadoop));
-  }
-
-  /**
-   * Every one of {@code work} done, side by side, and their results in order; the first to
-   * fail fails this call (the others are still waited for: no file is written after it
-   * returns).
-   */
-  static <T> List<T> inParallel(List<Callable<T>> work) throws IOException {
-    if (work.size() == 1) { // no thread for one
-      try {
-        List<T> one = new ArrayList<>(1);
-        one.add(work.get(0).call());
-        return one;
-      } catch (IOException | RuntimeException e) {
-        throw e;
-      } catch (Exception e) {
-        throw new IOException(e);
-      }
-    }
-    List<Future<T>> futures = new ArrayList<>(work.size());
-    for (Callable<T> one : work) {
-      futures.add(IO.submit(one));
-    }
-    List<T> results = new ArrayList<>(work.size());
-    Throwable failed = null;
-    for (Future<T> future : futures) {
-      try {
-        results.add(future.get());
-      } catch (ExecutionException e) {
-        failed = failed == null ? e.getCause() : failed;
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        failed = failed == null ? e : failed;
-      }
-    }
-    if (failed instanceof IOException io) {
-      throw io;
-    } else if (failed instanceof RuntimeException runtime) {
-      throw runtime;
-    } else if (failed != null) {
-      throw new IOException(failed);
-    }
-    return results;
   }
 
   /** The query's checkpoint: {@code configured}, or a named query's below the session's root. */

@@ -11,6 +11,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -21,19 +22,26 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.execution.UnsafeExternalRowSorter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.SerializableConfiguration;
+import org.apache.spark.util.collection.unsafe.sort.PrefixComparators;
+import org.apache.spark.util.collection.unsafe.sort.RecordComparator;
 
 /**
  * Substreams in the JVM: {@code wmobs_substreams(spec, c0, c1, ...)}, a generator of every
  * column of rows shuffled by key bucket, in a {@code select} of its own, which yields the
- * judged rows with the same columns. Per partition: the rows are buffered (Spark's binary
- * rows, copied once), the state of their keys' buckets is read ({@link SubstreamState}), the
- * rows are judged ({@link SubstreamRules}) and the state written back before any row goes on,
- * then the rows are yielded with their system timestamp, verdict and lateness written in
- * place, in input order, and the synthetic row of an idle-timeout firing, if any. (It was a
- * {@code mapPartitions} function: every row became a {@code Row} of Java objects and back,
- * 0.05x of the query.)
+ * judged rows with the same columns. Per partition: the rows go into Spark's external sorter
+ * (its memory pages, spilled to disk when the task's memory runs short: a task never holds its
+ * partition on the heap), by arrival and the order they came in (a radix sort of the arrival
+ * time); when the partition ends they come back one at a time and are judged ({@link
+ * SubstreamRules.Sorted}) against their key's state, read when the key's bucket first turns up
+ * ({@link SubstreamState}), and go on
+ * with their system timestamp, verdict and lateness written in place; after the last one the
+ * state of the partition's buckets is written, and the synthetic row of an idle-timeout firing,
+ * if any, follows. (It was a {@code mapPartitions} function: every row became a {@code Row} of
+ * Java objects and back, 0.05x of the query; then a list of the partition's rows on the heap,
+ * which a large micro-batch of few keys ran out of memory with.)
  *
  * <p>{@code spec}: JSON with {@code columns} (the arguments' names, also the output's),
  * {@code checkpoint} ("" for a named query's), {@code directory} (the state's, below the
@@ -42,7 +50,7 @@ import org.apache.spark.util.SerializableConfiguration;
  * play), {@code ooo_bit}, and the argument positions of {@code key}, {@code ts}, {@code
  * arrival}, {@code verdict}, {@code idle} (null: no idle timeout) and {@code lateness}, and
  * optionally of {@code slowest} and {@code fastest}: the smallest and largest of the
- * partition's keys' largest system timestamps, written on its first row (null elsewhere).
+ * partition's keys' largest system timestamps, written on its last row (null elsewhere).
  * ({@code pass_through}: yield every row as it is, judge nothing; a diagnostic of the
  * benchmarks, to measure what the judge costs.)
  */
@@ -54,8 +62,8 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
   private final Judge judge;
   private final String name;
   private final List<Expression> columns;
-  // The running task's buffer; each task deserializes an instance of its own.
-  private transient List<UnsafeRow> rows;
+  // The running task's judge; each task deserializes an instance of its own.
+  private transient Judge.Run run;
   private transient UnsafeProjection project;
   private transient boolean inPlace;
 
@@ -78,15 +86,24 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     if (judge.passThrough) {
       return List.of(row).iterator();
     }
-    if (rows == null) {
-      rows = new ArrayList<>();
+    if (run == null) {
       project = UnsafeProjection.create(children());
       inPlace = plainColumns();
+      boolean intVerdict = columns.get(judge.verdict).dataType() == DataTypes.IntegerType;
+      try {
+        run = judge.start(elementSchema(), intVerdict);
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
     }
-    if (inPlace && row instanceof UnsafeRow unsafe && unsafe.numFields() == judge.names.length) {
-      rows.add(unsafe.copy());
-    } else {
-      rows.add(project.apply(row).copy());
+    UnsafeRow unsafe =
+        inPlace && row instanceof UnsafeRow u && u.numFields() == judge.names.length
+            ? u
+            : project.apply(row);
+    try {
+      run.add(unsafe);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
     }
     return Collections.emptyIterator();
   }
@@ -103,15 +120,13 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
 
   @Override
   protected Iterator<InternalRow> finish() {
-    List<UnsafeRow> buffered = rows;
-    rows = null;
-    if (buffered == null || buffered.isEmpty()) {
+    Judge.Run done = run;
+    run = null;
+    if (done == null) {
       return Collections.emptyIterator();
     }
-    boolean intVerdict = columns.get(judge.verdict).dataType() == DataTypes.IntegerType;
     try {
-      List<InternalRow> judged = new ArrayList<>(judge.judge(buffered, intVerdict));
-      return judged.iterator();
+      return done.judged();
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
@@ -201,103 +216,231 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     }
 
     /**
-     * One partition's rows (each a copy of its own, with the arguments' columns), judged: the
-     * real rows with their system timestamp, verdict and lateness written in place, in input
-     * order, then the synthetic row of an idle-timeout firing, if any. {@code intVerdict}: the
-     * verdict column is an int, not a long.
+     * A task's judge of rows of {@code schema} ({@code intVerdict}: the verdict column is an
+     * int, not a long).
      */
-    List<UnsafeRow> judge(List<UnsafeRow> rows, boolean intVerdict) throws IOException {
-      long nowMs = System.currentTimeMillis();
-      int total = rows.size();
-      boolean heartbeat = false;
-      int firstBeat = -1;
-      boolean[] seen = new boolean[buckets];
-      int[] real = new int[total]; // the real rows' positions
-      int n = 0;
-      for (int i = 0; i < total; i++) {
-        UnsafeRow row = rows.get(i);
-        seen[(int) Math.floorMod(row.getLong(key), (long) buckets)] = true;
-        if (idle >= 0 && rules.idleTimeoutMs >= 0 && row.getLong(idle) == HEARTBEAT) {
-          heartbeat = true;
-          firstBeat = firstBeat < 0 ? i : firstBeat;
+    Run start(StructType schema, boolean intVerdict) throws IOException {
+      return new Run(schema, intVerdict);
+    }
+
+    /**
+     * One task's rows: {@link #add} each (into Spark's external sorter), then {@link #judged}
+     * yields them judged, one at a time, in the sorter's order.
+     */
+    final class Run {
+      private final boolean intVerdict;
+      private final long nowMs = System.currentTimeMillis();
+      private final SubstreamState store;
+      private final long batchId;
+      private SubstreamState.Listing listing;
+      private final Map<Long, long[]> state = new HashMap<>(); // key -> {max_us, seen, advanced}
+      private final boolean[] seen = new boolean[buckets];
+      private final int[] loaded = new int[buckets]; // keys read per bucket
+      private final SubstreamRules.Sorted judged;
+      private final UnsafeExternalRowSorter sorter;
+      /** How many rows were added: each one's place, in its lateness column until judged. */
+      private long added;
+      /** The last row judged, held back: the partition's spread goes on its last row. */
+      private UnsafeRow held;
+      /** The first heartbeat row: it carries the moved clock of an idle-timeout firing. */
+      private UnsafeRow beat;
+
+      private Run(StructType schema, boolean intVerdict) throws IOException {
+        this.intVerdict = intVerdict;
+        TaskContext task = TaskContext.get();
+        String batch = task == null ? null : task.getLocalProperty("streaming.sql.batchId");
+        if (batch != null) {
+          batchId = Long.parseLong(batch);
+          String root = Hadoop.checkpoint(checkpoint, task) + "/" + directory;
+          store = new SubstreamState(root, buckets, conf.value().value());
         } else {
-          real[n++] = i;
+          batchId = -1;
+          store = null;
+        }
+        judged = rules.sorted(state, nowMs);
+        int fields = schema.length();
+        sorter =
+            UnsafeExternalRowSorter.createWithRecordComparator(
+                schema,
+                () -> new Order(fields),
+                PrefixComparators.LONG,
+                new ArrivalPrefix(),
+                SparkEnv.get().memoryManager().pageSizeBytes(),
+                true);
+      }
+
+      /**
+       * By arrival (null as 0; the prefix, radix-sorted, which keeps ties in the order they came
+       * in), then the order rows came in (merging what was spilled).
+       */
+      private final class Order extends RecordComparator {
+        private final UnsafeRow left;
+        private final UnsafeRow right;
+
+        Order(int fields) {
+          left = new UnsafeRow(fields);
+          right = new UnsafeRow(fields);
+        }
+
+        @Override
+        public int compare(Object lo, long lOffset, int lLength, Object ro, long rOffset, int rLength) {
+          left.pointTo(lo, lOffset, lLength);
+          right.pointTo(ro, rOffset, rLength);
+          int byArrival = Long.compare(arrivalOf(left), arrivalOf(right));
+          return byArrival != 0
+              ? byArrival
+              : Long.compare(left.getLong(lateness), right.getLong(lateness));
         }
       }
-      TaskContext task = TaskContext.get();
-      String batch = task == null ? null : task.getLocalProperty("streaming.sql.batchId");
-      SubstreamState store = null;
-      long batchId = -1;
-      if (batch != null) {
-        batchId = Long.parseLong(batch);
-        String root = Hadoop.checkpoint(checkpoint, task) + "/" + directory;
-        store = new SubstreamState(root, buckets, conf.value().value());
-      }
-      Map<Long, long[]> state = new HashMap<>(); // key -> {max_us, seen_ms, advanced_ms}
-      int[] loaded = new int[buckets]; // keys read per bucket
-      if (store != null) {
-        store.load(seen, batchId, state, loaded);
-      }
-      rules.forget(state, nowMs);
 
-      long[] keys = new long[n];
-      long[] arrivals = new long[n];
-      long[] times = new long[n];
-      long[] verdicts = new long[n];
-      for (int r = 0; r < n; r++) {
-        UnsafeRow row = rows.get(real[r]);
-        keys[r] = row.getLong(key);
-        arrivals[r] = row.isNullAt(arrival) ? 0 : row.getLong(arrival);
-        times[r] = row.isNullAt(ts) ? 0 : row.getLong(ts);
-        verdicts[r] = intVerdict ? row.getInt(verdict) : row.getLong(verdict);
+      /** The sort prefix: the arrival time, whole. */
+      private final class ArrivalPrefix extends UnsafeExternalRowSorter.PrefixComputer {
+        private final Prefix prefix = new Prefix();
+
+        @Override
+        public Prefix computePrefix(InternalRow row) {
+          prefix.value = arrivalOf(row);
+          prefix.isNull = false;
+          return prefix;
+        }
       }
-      long[] system = new long[n];
-      long[] behind = new long[n];
-      long[] spread = rules.judge(n, keys, arrivals, times, verdicts, state, nowMs, system, behind);
-      long[] synthetic = heartbeat ? rules.advanceIdle(state, nowMs) : null;
-      if (store != null) { // written before any row goes on
-        TreeMap<Long, long[]> sorted = new TreeMap<>(state);
-        long written = 0; // buckets with keys before or after (none: no file)
-        for (int bucket = 0; bucket < buckets; bucket++) {
-          if (seen[bucket] && loaded[bucket] > 0) {
-            written |= 1L << bucket;
+
+      private long arrivalOf(InternalRow row) {
+        return row.isNullAt(arrival) ? 0 : row.getLong(arrival);
+      }
+
+      /** One row of the partition, into the sorter (copied there; {@code row} is marked). */
+      void add(UnsafeRow row) throws IOException {
+        row.setLong(lateness, added++);
+        sorter.insertRow(row);
+      }
+
+      /** The partition's rows, judged as they are taken; then what {@link #finish} adds. */
+      Iterator<InternalRow> judged() throws IOException {
+        scala.collection.Iterator<InternalRow> sorted = sorter.sort();
+        return new Iterator<InternalRow>() {
+          private UnsafeRow next;
+          private Iterator<UnsafeRow> rest;
+
+          @Override
+          public boolean hasNext() {
+            try {
+              while (next == null && rest == null) {
+                if (sorted.hasNext()) {
+                  next = take((UnsafeRow) sorted.next());
+                } else {
+                  rest = finish().iterator();
+                }
+              }
+              return next != null || rest.hasNext();
+            } catch (IOException e) {
+              throw new UncheckedIOException(e);
+            }
+          }
+
+          @Override
+          public InternalRow next() {
+            if (!hasNext()) {
+              throw new java.util.NoSuchElementException();
+            }
+            if (next != null) {
+              UnsafeRow out = next;
+              next = null;
+              return out;
+            }
+            return rest.next();
+          }
+        };
+      }
+
+      /** Judges {@code row}; the row judged before it, or null (a copy of each). */
+      private UnsafeRow take(UnsafeRow row) throws IOException {
+        int bucket = (int) Math.floorMod(row.getLong(key), (long) buckets);
+        if (!seen[bucket]) {
+          seen[bucket] = true;
+          load(bucket);
+        }
+        if (idle >= 0 && rules.idleTimeoutMs >= 0 && row.getLong(idle) == HEARTBEAT) {
+          beat = beat == null ? row.copy() : beat;
+          return null;
+        }
+        judged.row(row.getLong(key), row.isNullAt(ts) ? 0 : row.getLong(ts), verdictOf(row));
+        UnsafeRow copy = row.copy();
+        if (!copy.isNullAt(ts)) {
+          copy.setLong(ts, judged.system);
+        }
+        setVerdict(copy, intVerdict, judged.verdict);
+        if (judged.behind < 0) {
+          copy.setNullAt(lateness);
+        } else {
+          copy.setLong(lateness, judged.behind);
+        }
+        UnsafeRow before = held;
+        held = copy;
+        return before;
+      }
+
+      /** The bucket's keys as the micro-batch before left them, those past their TTL forgotten. */
+      private void load(int bucket) throws IOException {
+        if (store == null) {
+          return;
+        }
+        if (listing == null) {
+          listing = store.list(batchId);
+        }
+        Map<Long, long[]> keys = new HashMap<>();
+        loaded[bucket] = store.load(listing, bucket, keys);
+        rules.forget(keys, nowMs);
+        state.putAll(keys);
+      }
+
+      /**
+       * Ends the partition (its last row judged): its buckets' state written, and what is left
+       * to yield: the last row judged, with the partition's spread, and the synthetic row of
+       * an idle-timeout firing, if any.
+       */
+      private List<UnsafeRow> finish() throws IOException {
+        long[] spread = judged.finish();
+        long[] synthetic = beat != null ? rules.advanceIdle(state, nowMs) : null;
+        if (store != null) {
+          TreeMap<Long, long[]> sorted = new TreeMap<>(state);
+          long written = 0; // buckets with keys before or after (none: no file)
+          for (int bucket = 0; bucket < buckets; bucket++) {
+            if (seen[bucket] && loaded[bucket] > 0) {
+              written |= 1L << bucket;
+            }
+          }
+          for (long k : sorted.keySet()) {
+            written |= 1L << Math.floorMod(k, (long) buckets);
+          }
+          if (written != 0) {
+            store.save(batchId, written, sorted);
+          }
+          if (listing != null) {
+            store.tidy(listing);
           }
         }
-        for (long k : sorted.keySet()) {
-          written |= 1L << Math.floorMod(k, (long) buckets);
+        List<UnsafeRow> out = new ArrayList<>(2);
+        if (held != null) {
+          // The partition's spread, on its last row; the column is null on every row it gets.
+          if (slowest >= 0 && spread[0] != SubstreamRules.NONE) {
+            held.setLong(slowest, spread[0]);
+            held.setLong(fastest, spread[1]);
+          }
+          out.add(held);
         }
-        if (written != 0) {
-          store.save(batchId, written, sorted);
+        if (synthetic != null) { // a heartbeat row carrying the moved clock
+          beat.setLong(ts, synthetic[0]);
+          setVerdict(beat, intVerdict, 0);
+          beat.setLong(idle, synthetic[1]);
+          out.add(beat);
         }
+        return out;
       }
 
-      List<UnsafeRow> out = new ArrayList<>(n + 1);
-      for (int r = 0; r < n; r++) {
-        UnsafeRow row = rows.get(real[r]);
-        if (!row.isNullAt(ts)) {
-          row.setLong(ts, system[r]);
-        }
-        setVerdict(row, intVerdict, verdicts[r]);
-        if (behind[r] < 0) {
-          row.setNullAt(lateness);
-        } else {
-          row.setLong(lateness, behind[r]);
-        }
-        out.add(row);
+      private long verdictOf(UnsafeRow row) {
+        return intVerdict ? row.getInt(verdict) : row.getLong(verdict);
       }
-      // The partition's spread, on its first row; the column is null on every row it gets.
-      if (slowest >= 0 && n > 0 && spread[0] != SubstreamRules.NONE) {
-        rows.get(real[0]).setLong(slowest, spread[0]);
-        rows.get(real[0]).setLong(fastest, spread[1]);
-      }
-      if (synthetic != null) { // a heartbeat row carrying the moved clock
-        UnsafeRow row = rows.get(firstBeat);
-        row.setLong(ts, synthetic[0]);
-        setVerdict(row, intVerdict, 0);
-        row.setLong(idle, synthetic[1]);
-        out.add(row);
-      }
-      return out;
     }
 
     private void setVerdict(UnsafeRow row, boolean intVerdict, long value) {

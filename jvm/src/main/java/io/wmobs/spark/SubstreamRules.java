@@ -57,7 +57,8 @@ public final class SubstreamRules implements Serializable {
    * far it is behind its key's largest system timestamp before it ({@code behind}: 0 if not
    * behind or none yet, -1 for a row not in play). Returns the smallest and the largest of
    * the rows' keys' largest system timestamps after them ({@link #NONE} for no key with
-   * one): how far the slowest key seen runs behind the fastest.
+   * one): how far the slowest key seen runs behind the fastest. The rows in any order: each
+   * key's are put in arrival order (ties in input order) and go through {@link Sorted}.
    */
   public long[] judge(
       int n,
@@ -76,7 +77,6 @@ public final class SubstreamRules implements Serializable {
     int[] slotGroup = new int[slots];
     Arrays.fill(slotGroup, -1);
     int[] groupOf = new int[n];
-    long[] groupKey = new long[n];
     int[] starts = new int[n + 2];
     int groups = 0;
     for (int i = 0; i < n; i++) {
@@ -87,8 +87,7 @@ public final class SubstreamRules implements Serializable {
       }
       if (slotGroup[slot] < 0) {
         slotKey[slot] = k;
-        slotGroup[slot] = groups;
-        groupKey[groups++] = k;
+        slotGroup[slot] = groups++;
       }
       groupOf[i] = slotGroup[slot];
       starts[groupOf[i] + 2]++;
@@ -101,8 +100,7 @@ public final class SubstreamRules implements Serializable {
       order[starts[groupOf[i] + 1]++] = i;
     }
     int[] scratch = null;
-    long slowest = NONE;
-    long fastest = NONE;
+    Sorted sorted = sorted(state, nowMs);
     for (int g = 0; g < groups; g++) { // group g is order[starts[g], starts[g + 1])
       int from = starts[g];
       int to = starts[g + 1];
@@ -110,39 +108,118 @@ public final class SubstreamRules implements Serializable {
         scratch = scratch == null ? new int[n] : scratch;
         sortByArrival(order, from, to, arrivals, scratch);
       }
-      long[] known = state.get(groupKey[g]);
-      long start = known == null ? NONE : known[0];
-      long best = NONE; // the largest candidate timestamp before the row
       for (int k = from; k < to; k++) {
         int i = order[k];
-        boolean candidate = (verdicts[i] & candidateBits) == 0;
-        long before = Math.max(best, start);
-        boolean hasMark = before != NONE;
-        long watermark = hasMark ? before - toleranceUs : NONE;
-        boolean late = candidate && hasMark && times[i] < watermark;
-        system[i] = late && !drop ? watermark : times[i];
-        behind[i] = candidate ? (hasMark ? Math.max(before - times[i], 0) : 0) : -1;
-        if (late) {
-          verdicts[i] |= oooBit;
-        }
-        if (candidate) {
-          best = Math.max(best, times[i]);
-        }
-      }
-      long last = Math.max(best, start);
-      if (last != NONE) {
-        slowest = slowest == NONE ? last : Math.min(slowest, last);
-        fastest = Math.max(fastest, last);
-      }
-      if (known != null) {
-        known[0] = last;
-        known[1] = nowMs;
-        known[2] = -1;
-      } else if (last != NONE) {
-        state.put(groupKey[g], new long[] {last, nowMs, -1});
+        sorted.row(keys[i], times[i], verdicts[i]);
+        system[i] = sorted.system;
+        verdicts[i] = sorted.verdict;
+        behind[i] = sorted.behind;
       }
     }
-    return new long[] {slowest, fastest};
+    return sorted.finish();
+  }
+
+  /** Judges rows that come each key's together, in arrival order (see {@link Sorted}). */
+  public Sorted sorted(Map<Long, long[]> state, long nowMs) {
+    return new Sorted(state, nowMs);
+  }
+
+  /**
+   * The judge of rows that come one at a time, each key's in arrival order (a task's rows
+   * sorted by arrival, keys interleaved; or each key's together): {@link #row} judges one
+   * against its key's watermark, {@link #finish} ends the micro-batch. {@code state} is
+   * updated as a key's rows end or another key's row comes (new maximum, seen now, no longer
+   * idle; a new key only if one of its rows counted), and a key's next row starts from there.
+   */
+  public final class Sorted {
+    /** Where a key's state says this micro-batch judged its rows (the state's 4th long). */
+    private static final int TOUCHED = 3;
+
+    private final Map<Long, long[]> state;
+    private final long nowMs;
+    private boolean open;
+    private long key;
+    private long[] known;
+    private long start = NONE; // the key's largest system timestamp before its current rows
+    private long best = NONE; // the largest candidate timestamp of its current rows
+    /** The last row's system timestamp. */
+    public long system;
+    /** The last row's verdict, with the out-of-order bit where it is behind. */
+    public long verdict;
+    /**
+     * How far the last row is behind its key's largest system timestamp before it (0: not, or
+     * none yet; -1: not in play).
+     */
+    public long behind;
+
+    private Sorted(Map<Long, long[]> state, long nowMs) {
+      this.state = state;
+      this.nowMs = nowMs;
+    }
+
+    /** Judges one row: {@code k}'s, with system timestamp {@code time} and {@code bits}. */
+    public void row(long k, long time, long bits) {
+      if (!open || k != key) {
+        close();
+        open = true;
+        key = k;
+        known = state.get(k);
+        start = known == null ? NONE : known[0];
+        best = NONE;
+      }
+      boolean candidate = (bits & candidateBits) == 0;
+      long before = Math.max(best, start);
+      boolean hasMark = before != NONE;
+      long watermark = hasMark ? before - toleranceUs : NONE;
+      boolean late = candidate && hasMark && time < watermark;
+      system = late && !drop ? watermark : time;
+      behind = candidate ? (hasMark ? Math.max(before - time, 0) : 0) : -1;
+      verdict = late ? bits | oooBit : bits;
+      if (candidate) {
+        best = Math.max(best, time);
+      }
+    }
+
+    /**
+     * Ends the micro-batch: the smallest and the largest of its keys' largest system
+     * timestamps ({@link #NONE} for no key with one).
+     */
+    public long[] finish() {
+      close();
+      long slowest = NONE;
+      long fastest = NONE;
+      for (long[] s : state.values()) {
+        if (s.length > TOUCHED && s[TOUCHED] != 0) {
+          s[TOUCHED] = 0; // for the next micro-batch on the same state
+          slowest = slowest == NONE ? s[0] : Math.min(slowest, s[0]);
+          fastest = Math.max(fastest, s[0]);
+        }
+      }
+      return new long[] {slowest, fastest};
+    }
+
+    private void close() {
+      if (!open) {
+        return;
+      }
+      open = false;
+      long last = Math.max(best, start);
+      if (known != null) {
+        if (known.length <= TOUCHED) {
+          known = Arrays.copyOf(known, TOUCHED + 1);
+          state.put(key, known);
+        }
+      } else if (last != NONE) {
+        known = new long[TOUCHED + 1];
+        state.put(key, known);
+      } else {
+        return;
+      }
+      known[0] = last;
+      known[1] = nowMs;
+      known[2] = -1;
+      known[TOUCHED] = 1;
+    }
   }
 
   /**

@@ -5,10 +5,10 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.channels.Channels;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
-import java.util.concurrent.Callable;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
@@ -64,72 +64,95 @@ final class SubstreamState {
   }
 
   /**
-   * Into {@code state}, the keys of the buckets in {@code wanted} as the newest batch before
-   * {@code batchId} left them ({@code loaded}: how many per bucket); the files no longer
-   * needed by this task's buckets go on the way.
+   * The state directory as a task finds it before micro-batch {@code batchId}: listed once,
+   * then read bucket by bucket as the task's rows turn them up ({@link #load}), each file
+   * once; {@link #tidy} deletes what no retry reads any more.
    */
-  void load(boolean[] wanted, long batchId, Map<Long, long[]> state, int[] loaded)
-      throws IOException {
+  final class Listing {
+    private final long batchId;
+    private final List<long[]> files = new ArrayList<>();
+    private final boolean[] legacy = new boolean[buckets];
+    /** Per bucket, the newest file holding it: {version, buckets}. */
+    private final long[][] newest = new long[buckets][];
+    /** File name -> its keys per bucket: {key, max_us, seen_ms, advanced_ms}. */
+    private final Map<String, Map<Integer, List<long[]>>> read = new HashMap<>();
+    /** The buckets loaded. */
+    private long mine;
+
+    private Listing(long batchId) {
+      this.batchId = batchId;
+    }
+  }
+
+  /** The state directory before {@code batchId}; temporary files dead for an hour go. */
+  Listing list(long batchId) throws IOException {
+    Listing at = new Listing(batchId);
     long stale = System.currentTimeMillis() - STALE_MS;
-    List<long[]> files = new ArrayList<>();
-    boolean[] legacy = new boolean[buckets];
     for (Hadoop.Entry entry : Hadoop.list(new Path(root), hadoop)) {
       String name = entry.name();
       long[] file = parse(name);
       if (file != null) {
         if (file[0] < batchId) {
-          files.add(file);
+          at.files.add(file);
         }
       } else if (name.endsWith(".tmp")) {
         if (entry.modifiedMs() < stale) { // left by a task that died an hour ago or more
           Hadoop.delete(new Path(root + "/" + name), hadoop);
         }
       } else if (name.matches("[0-9]{1,2}") && Integer.parseInt(name) < buckets) {
-        legacy[Integer.parseInt(name)] = true;
+        at.legacy[Integer.parseInt(name)] = true;
       }
     }
     // In order (by version, ties by buckets): the last file holding a bucket is its newest.
-    files.sort(
+    at.files.sort(
         (a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compareUnsigned(a[1], b[1]));
-    long[][] newest = new long[buckets][];
-    for (long[] file : files) {
+    for (long[] file : at.files) {
       for (int bucket = 0; bucket < buckets; bucket++) {
         if ((file[1] >>> bucket & 1) != 0) {
-          newest[bucket] = file;
+          at.newest[bucket] = file;
         }
       }
     }
-    Map<String, Long> chosen = new TreeMap<>(); // file to read -> the buckets to take from it
-    long mine = 0;
-    for (int bucket = 0; bucket < buckets; bucket++) {
-      if (!wanted[bucket]) {
-        continue;
-      }
-      mine |= 1L << bucket;
-      long[] found = newest[bucket];
-      String old = legacy[bucket] ? legacy(bucket, batchId, found) : null;
-      String file = old != null ? old : found == null ? null : name(found[0], found[1]);
-      if (file != null) {
-        chosen.merge(file, 1L << bucket, (a, b) -> a | b);
-      }
+    return at;
+  }
+
+  /**
+   * Into {@code state}, the keys of {@code bucket} as the newest batch before the listing's
+   * left them; how many.
+   */
+  int load(Listing at, int bucket, Map<Long, long[]> state) throws IOException {
+    at.mine |= 1L << bucket;
+    long[] found = at.newest[bucket];
+    String old = at.legacy[bucket] ? legacy(bucket, at.batchId, found) : null;
+    String file = old != null ? old : found == null ? null : name(found[0], found[1]);
+    if (file == null) {
+      return 0;
     }
-    for (long[] file : files) { // none of its buckets' newest (so no retry reads it): gone
-      boolean done = (file[1] & mine) != 0;
+    Map<Integer, List<long[]>> keys = at.read.get(file);
+    if (keys == null) {
+      keys = read(Hadoop.read(new Path(root + "/" + file), hadoop));
+      at.read.put(file, keys);
+    }
+    List<long[]> mine = keys.getOrDefault(bucket, List.of());
+    for (long[] key : mine) {
+      state.put(key[0], new long[] {key[1], key[2], key[3]});
+    }
+    return mine.size();
+  }
+
+  /**
+   * Deletes the files that hold a bucket the task loaded and in which no bucket is newest any
+   * more (no retry reads them).
+   */
+  void tidy(Listing at) throws IOException {
+    for (long[] file : at.files) {
+      boolean done = (file[1] & at.mine) != 0;
       for (int bucket = 0; bucket < buckets && done; bucket++) {
-        done = (file[1] >>> bucket & 1) == 0 || newest[bucket][0] > file[0];
+        done = (file[1] >>> bucket & 1) == 0 || at.newest[bucket][0] > file[0];
       }
       if (done) {
         Hadoop.delete(new Path(root + "/" + name(file[0], file[1])), hadoop);
       }
-    }
-    List<String> names = new ArrayList<>(chosen.keySet());
-    List<Callable<byte[]>> reads = new ArrayList<>();
-    for (String file : names) {
-      reads.add(() -> Hadoop.read(new Path(root + "/" + file), hadoop));
-    }
-    List<byte[]> data = Hadoop.inParallel(reads); // side by side (most often, one file)
-    for (int f = 0; f < names.size(); f++) {
-      read(data.get(f), chosen.get(names.get(f)), state, loaded);
     }
   }
 
@@ -171,9 +194,9 @@ final class SubstreamState {
     return bucket + "/" + keep + ".arrow";
   }
 
-  /** The keys of {@code bits}' buckets in one file, into {@code state}. */
-  private void read(byte[] data, long bits, Map<Long, long[]> state, int[] loaded)
-      throws IOException {
+  /** One file's keys, per bucket: {key, max_us, seen_ms, advanced_ms}. */
+  private Map<Integer, List<long[]>> read(byte[] data) throws IOException {
+    Map<Integer, List<long[]>> keys = new HashMap<>();
     try (BufferAllocator allocator = ARROW.newChildAllocator("wmobs-state", 0, Long.MAX_VALUE);
         ArrowStreamReader reader =
             new ArrowStreamReader(new ByteArrayInputStream(data), allocator)) {
@@ -186,13 +209,12 @@ final class SubstreamState {
         for (int r = 0; r < table.getRowCount(); r++) {
           long k = columns[0].get(r);
           int bucket = (int) Math.floorMod(k, (long) buckets);
-          if ((bits >>> bucket & 1) != 0) {
-            state.put(k, new long[] {columns[1].get(r), columns[2].get(r), columns[3].get(r)});
-            loaded[bucket]++;
-          }
+          keys.computeIfAbsent(bucket, b -> new ArrayList<>())
+              .add(new long[] {k, columns[1].get(r), columns[2].get(r), columns[3].get(r)});
         }
       }
     }
+    return keys;
   }
 
   /** Writes the state of {@code bits}' buckets after {@code batchId}: one file, keys in order. */

@@ -226,6 +226,53 @@ class ReferenceTest {
   }
 
   @Test
+  void rowsTakenOneAtATimeAreJudgedAsTheReferenceSays() throws IOException {
+    // The JVM generator hands the judge a partition's rows sorted by key, arrival and the order
+    // they came in; a key whose rows come in several runs (here: all keys' rows interleaved in
+    // arrival order) resumes from its state, as the next micro-batch would.
+    for (JsonNode c : load("substream_streams.json").get("cases")) {
+      boolean drop = c.get("drop").asBoolean();
+      long bit = drop ? OOO_DROPPED : OOO_ADJUSTED;
+      SubstreamRules rules = rules(c.get("tolerance_us").asLong(), drop);
+      for (boolean byKey : new boolean[] {true, false}) {
+        Map<Long, long[]> state = new HashMap<>();
+        for (JsonNode batch : c.get("batches")) {
+          JsonNode rows = batch.get("rows");
+          List<Integer> order = new ArrayList<>();
+          for (int i = 0; i < rows.size(); i++) {
+            order.add(i);
+          }
+          java.util.Comparator<Integer> byArrival =
+              java.util.Comparator.comparingLong(i -> rows.get(i).get(1).asLong());
+          order.sort(
+              byKey
+                  ? java.util.Comparator.<Integer>comparingLong(i -> rows.get(i).get(0).asLong())
+                      .thenComparing(byArrival)
+                  : byArrival); // stable: ties in the order they came
+          SubstreamRules.Sorted sorted = rules.sorted(state, 0);
+          for (int i : order) {
+            JsonNode row = rows.get(i);
+            long verdict = row.get(3).asBoolean() ? 0 : EARLY_DROPPED;
+            sorted.row(row.get(0).asLong(), row.get(2).asLong(), verdict);
+            JsonNode expected = batch.get("expected").get(i);
+            String what = "case " + c.get("case") + " row " + i + (byKey ? " by key" : "");
+            assertEquals(expected.get(0).asLong(), sorted.system, what);
+            assertEquals(expected.get(1).asBoolean(), (sorted.verdict & bit) != 0, what);
+            assertEquals(expected.get(2).asLong(), sorted.behind, what);
+          }
+          sorted.finish();
+          Map<String, Long> after = new TreeMap<>();
+          state.forEach((key, s) -> after.put(Long.toString(key), s[0]));
+          Map<String, Long> wanted = new TreeMap<>();
+          batch.get("state_after").fields()
+              .forEachRemaining(e -> wanted.put(e.getKey(), e.getValue().asLong()));
+          assertEquals(wanted, after, "case " + c.get("case"));
+        }
+      }
+    }
+  }
+
+  @Test
   void idleClockTimelines() throws IOException {
     for (JsonNode c : load("idle_clock.json").get("cases")) {
       long timeout = c.get("timeout_ms").asLong();
