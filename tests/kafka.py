@@ -84,13 +84,18 @@ def start_kafka(work: Path, timeout: float = 120) -> KafkaBroker:
     )
     classpath = f"{BROKER}/*"
     java = [_java(), f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}", "-cp", classpath]
-    cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    subprocess.run(
+    cluster = "-"
+    while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: its options parser reads a
+        # value that starts with "-" as an option (1 id in 64)
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    formatted = subprocess.run(
         [*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)],
-        check=True,
+        check=False,
         capture_output=True,
+        text=True,
         timeout=120,
     )
+    assert formatted.returncode == 0, f"kafka-storage format: {formatted.stderr[-3000:]}"
     log = work / "broker.out"
     with log.open("wb") as out:
         process = subprocess.Popen(
