@@ -50,76 +50,7 @@ public final class SubstreamRules implements Serializable {
     }
   }
 
-  /**
-   * Judges {@code n} rows of many keys against {@code state}, which it updates (new maximum,
-   * seen now, no longer idle; a new key only if one of its rows counted). Out: each row's
-   * system timestamp, its verdict ({@code verdicts}, with the out-of-order bit added) and how
-   * far it is behind its key's largest system timestamp before it ({@code behind}: 0 if not
-   * behind or none yet, -1 for a row not in play). Returns the smallest and the largest of
-   * the rows' keys' largest system timestamps after them ({@link #NONE} for no key with
-   * one): how far the slowest key seen runs behind the fastest. The rows in any order: each
-   * key's are put in arrival order (ties in input order) and go through {@link Sorted}.
-   */
-  public long[] judge(
-      int n,
-      long[] keys,
-      long[] arrivals,
-      long[] times,
-      long[] verdicts,
-      Map<Long, long[]> state,
-      long nowMs,
-      long[] system,
-      long[] behind) {
-    // Each row's key as a group number (open addressing over the keys, no boxing), then the
-    // rows of each group together, in input order (a counting sort).
-    int slots = Integer.highestOneBit(Math.max(n, 2) * 2 - 1) * 2;
-    long[] slotKey = new long[slots];
-    int[] slotGroup = new int[slots];
-    Arrays.fill(slotGroup, -1);
-    int[] groupOf = new int[n];
-    int[] starts = new int[n + 2];
-    int groups = 0;
-    for (int i = 0; i < n; i++) {
-      long k = keys[i];
-      int slot = (int) (mix(k) & (slots - 1));
-      while (slotGroup[slot] >= 0 && slotKey[slot] != k) {
-        slot = (slot + 1) & (slots - 1);
-      }
-      if (slotGroup[slot] < 0) {
-        slotKey[slot] = k;
-        slotGroup[slot] = groups++;
-      }
-      groupOf[i] = slotGroup[slot];
-      starts[groupOf[i] + 2]++;
-    }
-    for (int g = 0; g < groups; g++) { // starts[g + 1]: where group g begins
-      starts[g + 2] += starts[g + 1];
-    }
-    int[] order = new int[n];
-    for (int i = 0; i < n; i++) {
-      order[starts[groupOf[i] + 1]++] = i;
-    }
-    int[] scratch = null;
-    Sorted sorted = sorted(state, nowMs);
-    for (int g = 0; g < groups; g++) { // group g is order[starts[g], starts[g + 1])
-      int from = starts[g];
-      int to = starts[g + 1];
-      if (!sorted(order, from, to, arrivals)) {
-        scratch = scratch == null ? new int[n] : scratch;
-        sortByArrival(order, from, to, arrivals, scratch);
-      }
-      for (int k = from; k < to; k++) {
-        int i = order[k];
-        sorted.row(keys[i], times[i], verdicts[i]);
-        system[i] = sorted.system;
-        verdicts[i] = sorted.verdict;
-        behind[i] = sorted.behind;
-      }
-    }
-    return sorted.finish();
-  }
-
-  /** Judges rows that come each key's together, in arrival order (see {@link Sorted}). */
+  /** Judges rows that come one at a time, each key's in arrival order (see {@link Sorted}). */
   public Sorted sorted(Map<Long, long[]> state, long nowMs) {
     return new Sorted(state, nowMs);
   }
@@ -242,56 +173,5 @@ public final class SubstreamRules implements Serializable {
       }
     }
     return any ? new long[] {top, firings} : null;
-  }
-
-  /** A 64-bit finalizer (MurmurHash3's): keys that differ in their high bits spread too. */
-  private static long mix(long k) {
-    k = (k ^ (k >>> 33)) * 0xff51afd7ed558ccdL;
-    k = (k ^ (k >>> 33)) * 0xc4ceb9fe1a85ec53L;
-    return k ^ (k >>> 33);
-  }
-
-  private static boolean sorted(int[] order, int from, int to, long[] arrivals) {
-    for (int k = from + 1; k < to; k++) {
-      if (arrivals[order[k - 1]] > arrivals[order[k]]) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  /**
-   * {@code order[from, to)} sorted by arrival, ties in the order they are in (a merge sort:
-   * stable, and of the rows' numbers, not boxed).
-   */
-  private static void sortByArrival(int[] order, int from, int to, long[] arrivals, int[] scratch) {
-    if (to - from <= 16) { // insertion sort
-      for (int k = from + 1; k < to; k++) {
-        int row = order[k];
-        int j = k - 1;
-        while (j >= from && arrivals[order[j]] > arrivals[row]) {
-          order[j + 1] = order[j];
-          j--;
-        }
-        order[j + 1] = row;
-      }
-      return;
-    }
-    int middle = (from + to) >>> 1;
-    sortByArrival(order, from, middle, arrivals, scratch);
-    sortByArrival(order, middle, to, arrivals, scratch);
-    if (arrivals[order[middle - 1]] <= arrivals[order[middle]]) {
-      return; // already in order
-    }
-    System.arraycopy(order, from, scratch, from, to - from);
-    int left = from;
-    int right = middle;
-    for (int k = from; k < to; k++) {
-      if (right >= to || (left < middle && arrivals[scratch[left]] <= arrivals[scratch[right]])) {
-        order[k] = scratch[left++];
-      } else {
-        order[k] = scratch[right++];
-      }
-    }
   }
 }

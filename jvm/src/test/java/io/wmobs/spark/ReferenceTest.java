@@ -51,12 +51,34 @@ class ReferenceTest {
     }
     long[] system = new long[n];
     long[] behind = new long[n];
-    rules.judge(n, keys, arrivals, times, verdicts, state, 0, system, behind);
+    judge(rules, keys, arrivals, times, verdicts, state, system, behind);
     long[][] out = new long[n][];
     for (int i = 0; i < n; i++) {
       out[i] = new long[] {system[i], (verdicts[i] & bit) != 0 ? 1 : 0, behind[i]};
     }
     return out;
+  }
+
+  /**
+   * {@code n} rows judged as the JVM generator takes them: in arrival order, ties in input
+   * order, keys interleaved. Out: each row's system timestamp, verdict ({@code verdicts}) and
+   * lateness; returns the spread ({@link SubstreamRules.Sorted#finish}).
+   */
+  static long[] judge(SubstreamRules rules, long[] keys, long[] arrivals, long[] times,
+      long[] verdicts, Map<Long, long[]> state, long[] system, long[] behind) {
+    Integer[] order = new Integer[keys.length];
+    for (int i = 0; i < order.length; i++) {
+      order[i] = i;
+    }
+    java.util.Arrays.sort(order, java.util.Comparator.comparingLong(i -> arrivals[i])); // stable
+    SubstreamRules.Sorted sorted = rules.sorted(state, 0);
+    for (int i : order) {
+      sorted.row(keys[i], times[i], verdicts[i]);
+      system[i] = sorted.system;
+      verdicts[i] = sorted.verdict;
+      behind[i] = sorted.behind;
+    }
+    return sorted.finish();
   }
 
   private static SubstreamRules rules(long toleranceUs, boolean drop) {
@@ -73,11 +95,10 @@ class ReferenceTest {
     long[] arrivals = {1, 2, 3, 4};
     long[] times = {100, 700, 300, 50};
     long[] verdicts = {0, 0, 0, EARLY_DROPPED}; // key 4's only row is dropped: no largest
-    long[] spread =
-        rules.judge(4, keys, arrivals, times, verdicts, state, 0, new long[4], new long[4]);
+    long[] spread = judge(rules, keys, arrivals, times, verdicts, state, new long[4], new long[4]);
     assertArrayEquals(new long[] {300, 700}, spread); // keys 1 and 2, after their rows
     long none = SubstreamRules.NONE;
-    long[] nothing = rules.judge(0, new long[0], new long[0], new long[0], new long[0], state, 0,
+    long[] nothing = judge(rules, new long[0], new long[0], new long[0], new long[0], state,
         new long[0], new long[0]);
     assertArrayEquals(new long[] {none, none}, nothing);
   }
@@ -325,8 +346,8 @@ class ReferenceTest {
   void noStateIsKeptForAKeyWhoseRowsAllDropped() {
     Map<Long, long[]> state = new HashMap<>();
     long[] verdicts = {EARLY_DROPPED};
-    rules(0, false)
-        .judge(1, new long[] {9}, new long[] {1}, new long[] {5}, verdicts, state, 0, new long[1], new long[1]);
+    judge(rules(0, false), new long[] {9}, new long[] {1}, new long[] {5}, verdicts, state,
+        new long[1], new long[1]);
     assertNull(state.get(9L));
   }
 }
