@@ -347,6 +347,16 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         bucket = F.pmod(F.xxhash64("device10"), F.lit(64))
         return df.withWatermark("EventTime", "10 seconds").repartition(bucket)
 
+    def shuffled_whole(df: Any, ck: str) -> Any:
+        """The baseline with a shuffle by key bucket of whole rows, as substreams shuffle them
+        (each column read after the shuffle, by a filter that keeps every row)."""
+        from pyspark.sql import functions as F
+
+        kept = F.lit(True)
+        for column in ("ArrivalTime", "device10", "device10k"):
+            kept = kept & F.col(column).isNotNull()
+        return shuffled(df, ck).filter(kept)
+
     def observed(df: Any, ck: str) -> Any:
         """The baseline with one ``observe`` (a row count), as a policy's counts have."""
         from pyspark.sql import functions as F
@@ -382,6 +392,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
         "baseline + a shuffle by key bucket, no policy (diagnostic)": (shuffled, "EventTime"),
+        "baseline + a shuffle of whole rows by key bucket, no policy (diagnostic)": (
+            shuffled_whole,
+            "EventTime",
+        ),
         "baseline + one observed count, no policy (diagnostic)": (observed, "EventTime"),
         "baseline reading the arrival time too, no policy (diagnostic)": (
             reading("ArrivalTime"),

@@ -217,7 +217,8 @@ def dead_letters(spec: Mapping[str, Any], row: Any) -> Any:
 
 def substreams(df: Any, spec: Mapping[str, Any]) -> Any:
     """``df`` judged per key by ``SubstreamGenerator`` (``spec`` as it documents, without
-    ``columns``: ``df``'s, in order): the judged rows, with the same columns."""
+    ``columns``: ``df``'s, in order): the judged rows, with the same columns and the three
+    that ``spec["appended"]`` names."""
     from pyspark.sql import functions as F
 
     full = {**spec, "columns": df.columns}

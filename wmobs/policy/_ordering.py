@@ -113,12 +113,10 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     # Partitioned by key bucket before the times and verdicts are computed, so that only
     # the input columns and the key go through the shuffle.
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
-    staged = judge_arrival(ctx, partitioned)
-    nothing = F.lit(None).cast("long")  # filled by the judge
-    staged = staged.drop(WATERMARK, BATCH_TIME).withColumns(
-        {LATENESS: nothing, SLOWEST: nothing, FASTEST: nothing}
-    )
-    output = [c for c in staged.columns if c not in (KEY, ARRIVAL)]
+    staged = judge_arrival(ctx, partitioned).drop(WATERMARK, BATCH_TIME)
+    # What the judge adds: a row's lateness, and its partition's slowest and fastest key.
+    appended = [LATENESS, SLOWEST, FASTEST]
+    output = [c for c in staged.columns if c not in (KEY, ARRIVAL)] + appended
     spec = _spec(ctx)
     if ctx.engine.jvm:
         from wmobs.policy import _jvm
@@ -126,10 +124,11 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
         at = {name: i for i, name in enumerate(staged.columns)}
         positions = {"key": KEY, "ts": TS, "arrival": ARRIVAL, "verdict": VERDICT}
         spec |= {field: at[column] for field, column in positions.items()}
-        spec |= {"idle": at[IDLE] if ctx.idle else None, "lateness": at[LATENESS]}
-        spec |= {"slowest": at[SLOWEST], "fastest": at[FASTEST]}
+        spec |= {"idle": at[IDLE] if ctx.idle else None, "appended": appended}
         judged: DataFrame = _jvm.substreams(staged, spec)
         return judged.select(*[F.col(f"`{c}`") for c in output])
+    nothing = F.lit(None).cast("long")  # filled by the judge
+    staged = staged.withColumns({c: nothing for c in appended})
     from wmobs.policy._substream_judge import SubstreamConfig
     from wmobs.policy._substream_stage import Columns, substream_stage
 

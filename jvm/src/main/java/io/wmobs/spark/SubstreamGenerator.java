@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -19,10 +20,12 @@ import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.GenerateUnsafeRowJoiner;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowJoiner;
+import org.apache.spark.sql.execution.UnsafeExternalRowSorter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
-import org.apache.spark.sql.execution.UnsafeExternalRowSorter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.SerializableConfiguration;
 import org.apache.spark.util.collection.unsafe.sort.PrefixComparators;
@@ -31,26 +34,30 @@ import org.apache.spark.util.collection.unsafe.sort.RecordComparator;
 /**
  * Substreams in the JVM: {@code wmobs_substreams(spec, c0, c1, ...)}, a generator of every
  * column of rows shuffled by key bucket, in a {@code select} of its own, which yields the
- * judged rows with the same columns. Per partition: the rows go into Spark's external sorter
+ * judged rows with the same columns and three more ({@code appended}: lateness, and the
+ * partition's slowest and fastest key). Per partition: the rows go into Spark's external sorter
  * (its memory pages, spilled to disk when the task's memory runs short: a task never holds its
- * partition on the heap), by arrival and the order they came in (a radix sort of the arrival
- * time); when the partition ends they come back one at a time and are judged ({@link
- * SubstreamRules.Sorted}) against their key's state, read when the key's bucket first turns up
- * ({@link SubstreamState}), and go on
- * with their system timestamp, verdict and lateness written in place; after the last one the
- * state of the partition's buckets is written, and the synthetic row of an idle-timeout firing,
- * if any, follows. (It was a {@code mapPartitions} function: every row became a {@code Row} of
- * Java objects and back, 0.05x of the query; then a list of the partition's rows on the heap,
- * which a large micro-batch of few keys ran out of memory with.)
+ * partition on the heap) as they come (no copy of their own where the arguments are the input's
+ * columns), by arrival and the order they came in (a radix sort of the arrival time); when the
+ * partition ends they come back one at a time and are judged ({@link SubstreamRules.Sorted})
+ * against their key's state, read when the key's bucket first turns up ({@link
+ * SubstreamState}), and go on with their system timestamp and verdict written in place and the
+ * appended columns beside them; after the last one the state of the partition's buckets is
+ * written, and the synthetic row of an idle-timeout firing, if any, follows. (It was a {@code
+ * mapPartitions} function: every row became a {@code Row} of Java objects and back, 0.05x of the
+ * query; then a list of the partition's rows on the heap, which a large micro-batch of few keys
+ * ran out of memory with; then each row was copied into the sorter's layout with three null
+ * columns the judge would fill in, which Spark folded into the generator's arguments.)
  *
  * <p>{@code spec}: JSON with {@code columns} (the arguments' names, also the output's),
  * {@code checkpoint} ("" for a named query's), {@code directory} (the state's, below the
  * checkpoint), {@code buckets}, {@code tolerance_us}, {@code drop}, {@code ttl_ms} and {@code
  * idle_timeout_ms} (null: none), {@code candidate_bits} (verdict bits of rows no longer in
- * play), {@code ooo_bit}, and the argument positions of {@code key}, {@code ts}, {@code
- * arrival}, {@code verdict}, {@code idle} (null: no idle timeout) and {@code lateness}, and
- * optionally of {@code slowest} and {@code fastest}: the smallest and largest of the
- * partition's keys' largest system timestamps, written on its last row (null elsewhere).
+ * play), {@code ooo_bit}, the argument positions of {@code key}, {@code ts}, {@code arrival},
+ * {@code verdict} and {@code idle} (null: no idle timeout), and {@code appended}: the names of
+ * the three columns the judge adds, a row's lateness (null where not in play) and the smallest
+ * and largest of the partition's keys' largest system timestamps, on its last row (null
+ * elsewhere).
  * ({@code pass_through}: yield every row as it is, judge nothing; a diagnostic of the
  * benchmarks, to measure what the judge costs.)
  */
@@ -64,8 +71,11 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
   private final List<Expression> columns;
   // The running task's judge; each task deserializes an instance of its own.
   private transient Judge.Run run;
-  private transient UnsafeProjection project;
-  private transient boolean inPlace;
+  private transient boolean started;
+  /** The arguments are the input's columns in order: its rows go into the sorter as they are. */
+  private transient boolean plain;
+  private transient UnsafeProjection project; // where they are not
+  private transient UnsafeRowJoiner passing; // the pass-through diagnostic's
 
   private SubstreamGenerator(Judge judge, String name, List<Expression> columns) {
     this.judge = judge;
@@ -77,30 +87,31 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
   static Expression build(String name, List<Expression> arguments) {
     Judge judge = new Judge(Spec.json(name, arguments), Hadoop.sessionConf());
     List<Expression> columns = Spec.rest(arguments);
-    Spec.arity(name, columns, judge.names.length);
+    Spec.arity(name, columns, judge.inputs);
     return new SubstreamGenerator(judge, name, columns);
   }
 
   @Override
   protected Iterator<InternalRow> rows(InternalRow row) {
-    if (judge.passThrough) {
-      return List.of(row).iterator();
-    }
-    if (run == null) {
-      project = UnsafeProjection.create(children());
-      inPlace = plainColumns();
-      boolean intVerdict = columns.get(judge.verdict).dataType() == DataTypes.IntegerType;
-      try {
-        run = judge.start(elementSchema(), intVerdict);
-      } catch (IOException e) {
-        throw new UncheckedIOException(e);
-      }
+    if (!started) {
+      started = true;
+      plain = plainColumns();
+      project = plain ? null : UnsafeProjection.create(children());
     }
     UnsafeRow unsafe =
-        inPlace && row instanceof UnsafeRow u && u.numFields() == judge.names.length
+        plain && row instanceof UnsafeRow u && u.numFields() == columns.size()
             ? u
-            : project.apply(row);
+            : (project != null ? project : (project = UnsafeProjection.create(children())))
+                .apply(row);
+    if (judge.passThrough) {
+      passing = passing != null ? passing : judge.joiner(inputSchema());
+      return List.<InternalRow>of(passing.join(unsafe, Judge.NOTHING)).iterator();
+    }
     try {
+      if (run == null) {
+        boolean intVerdict = columns.get(judge.verdict).dataType() == DataTypes.IntegerType;
+        run = judge.start(inputSchema(), intVerdict);
+      }
       run.add(unsafe);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
@@ -132,13 +143,22 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     }
   }
 
+  /** The arguments' columns (the output's without the appended ones). */
+  private StructType inputSchema() {
+    return new StructType(Arrays.copyOf(elementSchema().fields(), columns.size()));
+  }
+
   @Override
   public StructType elementSchema() {
     StructField[] fields = new StructField[judge.names.length];
     for (int i = 0; i < fields.length; i++) {
-      Expression child = columns.get(i);
+      boolean input = i < columns.size();
       fields[i] =
-          new StructField(judge.names[i], child.dataType(), child.nullable(), Metadata.empty());
+          new StructField(
+              judge.names[i],
+              input ? columns.get(i).dataType() : DataTypes.LongType,
+              !input || columns.get(i).nullable(),
+              Metadata.empty());
     }
     return new StructType(fields);
   }
@@ -175,10 +195,8 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     private final int arrival;
     private final int verdict;
     private final int idle; // -1: none
-    private final int lateness;
-    /** Where the partition's slowest and fastest key's largest timestamps go (-1: nowhere). */
-    private final int slowest;
-    private final int fastest;
+    /** How many columns come in; the output's names, those of the appended three last. */
+    private final int inputs;
     private final String[] names;
     private final boolean passThrough;
     private final Broadcast<SerializableConfiguration> conf;
@@ -200,13 +218,16 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       arrival = spec.get("arrival").asInt();
       verdict = spec.get("verdict").asInt();
       idle = spec.path("idle").asInt(-1);
-      lateness = spec.get("lateness").asInt();
-      slowest = spec.path("slowest").asInt(-1);
-      fastest = spec.path("fastest").asInt(-1);
       JsonNode columns = spec.get("columns");
-      names = new String[columns.size()];
+      JsonNode appended = spec.get("appended");
+      if (appended == null || appended.size() != APPENDED) {
+        throw new IllegalArgumentException(
+            "wmobs: substreams append " + APPENDED + " columns, named in the spec's 'appended'");
+      }
+      inputs = columns.size();
+      names = new String[inputs + APPENDED];
       for (int i = 0; i < names.length; i++) {
-        names[i] = columns.get(i).asText();
+        names[i] = (i < inputs ? columns.get(i) : appended.get(i - inputs)).asText();
       }
       passThrough = spec.path("pass_through").asBoolean(false);
       if (buckets < 1 || buckets > 64) {
@@ -215,12 +236,40 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       this.conf = conf;
     }
 
+    /** The columns the judge appends: lateness, slowest and fastest. */
+    static final int APPENDED = 3;
+
     /**
-     * A task's judge of rows of {@code schema} ({@code intVerdict}: the verdict column is an
-     * int, not a long).
+     * A task's judge of rows of {@code schema}, the arguments' ({@code intVerdict}: the verdict
+     * column is an int, not a long).
      */
     Run start(StructType schema, boolean intVerdict) throws IOException {
       return new Run(schema, intVerdict);
+    }
+
+    /** The appended columns, all null: what the judge joins to a row, then fills in. */
+    static final UnsafeRow NOTHING = nothing();
+
+    private static UnsafeRow nothing() {
+      UnsafeRow row = new UnsafeRow(APPENDED);
+      int size = UnsafeRow.calculateBitSetWidthInBytes(APPENDED) + 8 * APPENDED;
+      row.pointTo(new byte[size], size);
+      for (int i = 0; i < APPENDED; i++) {
+        row.setNullAt(i);
+      }
+      return row;
+    }
+
+    /**
+     * Spark's joiner of a row of {@code schema} and the appended columns into one row of the
+     * output's (a copy in memory of its own, reused by the joiner's next row).
+     */
+    UnsafeRowJoiner joiner(StructType schema) {
+      StructType appended = new StructType();
+      for (int i = 0; i < APPENDED; i++) {
+        appended = appended.add(names[inputs + i], DataTypes.LongType, true);
+      }
+      return GenerateUnsafeRowJoiner.create(schema, appended);
     }
 
     /**
@@ -238,8 +287,20 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       private final int[] loaded = new int[buckets]; // keys read per bucket
       private final SubstreamRules.Sorted judged;
       private final UnsafeExternalRowSorter sorter;
-      /** How many rows were added: each one's place, in its lateness column until judged. */
+      /**
+       * How many rows were added: each one's place, in its arrival column once the sort key (the
+       * arrival time, whole) is taken from there.
+       */
       private long added;
+      /** The sort key of the row being added. */
+      private long arrivalKey;
+      /**
+       * Two joiners, taken in turn, so that a row on its way out is a copy of the sorter's row
+       * with the appended columns, in memory of its own: Spark projects a row it is given before
+       * it asks for the next one, and the last row judged waits in the other joiner's.
+       */
+      private final UnsafeRowJoiner[] joiners;
+      private int turn;
       /** The last row judged, held back: the partition's spread goes on its last row. */
       private UnsafeRow held;
       /** The first heartbeat row: it carries the moved clock of an idle-timeout firing. */
@@ -259,6 +320,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         }
         judged = rules.sorted(state, nowMs);
         int fields = schema.length();
+        joiners = new UnsafeRowJoiner[] {joiner(schema), joiner(schema)};
         sorter =
             UnsafeExternalRowSorter.createWithRecordComparator(
                 schema,
@@ -271,7 +333,8 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
 
       /**
        * By arrival (null as 0; the prefix, radix-sorted, which keeps ties in the order they came
-       * in), then the order rows came in (merging what was spilled).
+       * in), then the order rows came in (merging what was spilled). Spark's sorters compare
+       * records only where their prefixes are equal: here, by their places.
        */
       private final class Order extends RecordComparator {
         private final UnsafeRow left;
@@ -286,32 +349,29 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         public int compare(Object lo, long lOffset, int lLength, Object ro, long rOffset, int rLength) {
           left.pointTo(lo, lOffset, lLength);
           right.pointTo(ro, rOffset, rLength);
-          int byArrival = Long.compare(arrivalOf(left), arrivalOf(right));
-          return byArrival != 0
-              ? byArrival
-              : Long.compare(left.getLong(lateness), right.getLong(lateness));
+          return Long.compare(left.getLong(arrival), right.getLong(arrival));
         }
       }
 
-      /** The sort prefix: the arrival time, whole. */
+      /** The sort prefix: the arrival time, whole, taken by {@link #add}. */
       private final class ArrivalPrefix extends UnsafeExternalRowSorter.PrefixComputer {
         private final Prefix prefix = new Prefix();
 
         @Override
         public Prefix computePrefix(InternalRow row) {
-          prefix.value = arrivalOf(row);
+          prefix.value = arrivalKey;
           prefix.isNull = false;
           return prefix;
         }
       }
 
-      private long arrivalOf(InternalRow row) {
-        return row.isNullAt(arrival) ? 0 : row.getLong(arrival);
-      }
-
-      /** One row of the partition, into the sorter (copied there; {@code row} is marked). */
+      /**
+       * One row of the partition, into the sorter (copied there): its arrival (null as 0) is the
+       * sort key, its arrival column (in {@code row}, which is marked) its place from then on.
+       */
       void add(UnsafeRow row) throws IOException {
-        row.setLong(lateness, added++);
+        arrivalKey = row.isNullAt(arrival) ? 0 : row.getLong(arrival);
+        row.setLong(arrival, added++);
         sorter.insertRow(row);
       }
 
@@ -319,8 +379,8 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       Iterator<InternalRow> judged() throws IOException {
         scala.collection.Iterator<InternalRow> sorted = sorter.sort();
         return new Iterator<InternalRow>() {
-          private UnsafeRow next;
-          private Iterator<UnsafeRow> rest;
+          private InternalRow next;
+          private Iterator<InternalRow> rest;
 
           @Override
           public boolean hasNext() {
@@ -344,7 +404,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
               throw new java.util.NoSuchElementException();
             }
             if (next != null) {
-              UnsafeRow out = next;
+              InternalRow out = next;
               next = null;
               return out;
             }
@@ -353,8 +413,8 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         };
       }
 
-      /** Judges {@code row}; the row judged before it, or null (a copy of each). */
-      private UnsafeRow take(UnsafeRow row) throws IOException {
+      /** Judges {@code row}; the row judged before it, or null (each a copy). */
+      private InternalRow take(UnsafeRow row) throws IOException {
         int bucket = (int) Math.floorMod(row.getLong(key), (long) buckets);
         if (!seen[bucket]) {
           seen[bucket] = true;
@@ -365,15 +425,14 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
           return null;
         }
         judged.row(row.getLong(key), row.isNullAt(ts) ? 0 : row.getLong(ts), verdictOf(row));
-        UnsafeRow copy = row.copy();
+        UnsafeRow copy = joiners[turn].join(row, NOTHING);
+        turn ^= 1;
         if (!copy.isNullAt(ts)) {
           copy.setLong(ts, judged.system);
         }
         setVerdict(copy, intVerdict, judged.verdict);
-        if (judged.behind < 0) {
-          copy.setNullAt(lateness);
-        } else {
-          copy.setLong(lateness, judged.behind);
+        if (judged.behind >= 0) {
+          copy.setLong(inputs, judged.behind); // lateness
         }
         UnsafeRow before = held;
         held = copy;
@@ -399,7 +458,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
        * to yield: the last row judged, with the partition's spread, and the synthetic row of
        * an idle-timeout firing, if any.
        */
-      private List<UnsafeRow> finish() throws IOException {
+      private List<InternalRow> finish() throws IOException {
         long[] spread = judged.finish();
         long[] synthetic = beat != null ? rules.advanceIdle(state, nowMs) : null;
         if (store != null) {
@@ -420,12 +479,12 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
             store.tidy(listing);
           }
         }
-        List<UnsafeRow> out = new ArrayList<>(2);
+        List<InternalRow> out = new ArrayList<>(2);
         if (held != null) {
-          // The partition's spread, on its last row; the column is null on every row it gets.
-          if (slowest >= 0 && spread[0] != SubstreamRules.NONE) {
-            held.setLong(slowest, spread[0]);
-            held.setLong(fastest, spread[1]);
+          // The partition's spread, on its last row; the columns are null on every other row.
+          if (spread[0] != SubstreamRules.NONE) {
+            held.setLong(inputs + 1, spread[0]); // slowest
+            held.setLong(inputs + 2, spread[1]); // fastest
           }
           out.add(held);
         }
@@ -433,7 +492,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
           beat.setLong(ts, synthetic[0]);
           setVerdict(beat, intVerdict, 0);
           beat.setLong(idle, synthetic[1]);
-          out.add(beat);
+          out.add(joiners[turn].join(beat, NOTHING)); // the other joiner's row is held's
         }
         return out;
       }
