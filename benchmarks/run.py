@@ -197,7 +197,8 @@ def _make_input(
     spark: Any, directory: Path, rows: int, files: int, columns: Callable[[Any, Any], list[Any]]
 ) -> None:
     """``rows`` events as Parquet in ``files`` files: ``columns(ms, id)`` of event ``id`` whose
-    event time is ``ms`` (1 ms apart, with every 97th row up to 96 s out of order)."""
+    event time is ``ms`` (1 ms apart less 1 s for each place in a run of 97 rows: every row
+    but each 97th is out of order, up to 96 s)."""
     from pyspark.sql import functions as F
 
     row = F.col("id")
