@@ -38,6 +38,8 @@ def test_defaults_are_azure_stream_analytics() -> None:
         ({"substream_by": ["d"], "substream_skew": "-1 s"}, ValueError, "substream_skew: must"),
         ({"event_time": ""}, TypeError, "event_time"),
         ({"name": "has space"}, ValueError, "name: use letters"),
+        ({"name": ".."}, ValueError, "name: .*not dots alone"),  # the checkpoint's parent
+        ({"name": "a/b"}, ValueError, "name: use letters"),
         ({"distributions": "no"}, TypeError, "distributions: expected True or False"),
     ],
 )

@@ -177,8 +177,11 @@ class TimePolicy:
                 raise ValueError("substream_by: empty; use None for one global watermark")
         if not isinstance(self.distributions, bool):
             raise TypeError(f"distributions: expected True or False, got {self.distributions!r}")
-        if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
-            raise ValueError(f"name: use letters, digits, '_', '.' or '-', got {self.name!r}")
+        # Not dots alone: the name is a folder of the checkpoint ('..' would be its parent).
+        if self.name is not None and not re.fullmatch(r"(?!\.+$)[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(
+                f"name: use letters, digits, '_', '.' or '-' (not dots alone), got {self.name!r}"
+            )
         if self.engine not in ENGINES:
             raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         object.__setattr__(self, "tolerances", tolerances)
