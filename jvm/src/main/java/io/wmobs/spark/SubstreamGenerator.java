@@ -74,7 +74,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
   private transient boolean started;
   /** The arguments are the input's columns in order: its rows go into the sorter as they are. */
   private transient boolean plain;
-  private transient UnsafeProjection project; // where they are not
+  private transient UnsafeProjection project; // where they are not, made when first needed
   private transient UnsafeRowJoiner passing; // the pass-through diagnostic's
 
   private SubstreamGenerator(Judge judge, String name, List<Expression> columns) {
@@ -93,16 +93,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
 
   @Override
   protected Iterator<InternalRow> rows(InternalRow row) {
-    if (!started) {
-      started = true;
-      plain = plainColumns();
-      project = plain ? null : UnsafeProjection.create(children());
-    }
-    UnsafeRow unsafe =
-        plain && row instanceof UnsafeRow u && u.numFields() == columns.size()
-            ? u
-            : (project != null ? project : (project = UnsafeProjection.create(children())))
-                .apply(row);
+    UnsafeRow unsafe = argumentsOf(row);
     if (judge.passThrough) {
       passing = passing != null ? passing : judge.joiner(inputSchema());
       return List.<InternalRow>of(passing.join(unsafe, Judge.NOTHING)).iterator();
@@ -117,6 +108,21 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
       throw new UncheckedIOException(e);
     }
     return Collections.emptyIterator();
+  }
+
+  /** The arguments' values: {@code row} itself where they are its columns, else a projection. */
+  private UnsafeRow argumentsOf(InternalRow row) {
+    if (!started) {
+      started = true;
+      plain = plainColumns();
+    }
+    if (plain && row instanceof UnsafeRow u && u.numFields() == columns.size()) {
+      return u;
+    }
+    if (project == null) {
+      project = UnsafeProjection.create(children());
+    }
+    return project.apply(row);
   }
 
   /** True if the arguments are the input's columns in order (bound: its ordinals 0, 1, ...). */
