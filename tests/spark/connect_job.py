@@ -163,6 +163,52 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
     return out
 
 
+def idle_and_dead_letters(spark: Any, work: Path) -> dict[str, Any]:
+    """The idle timeout (the extension's heartbeat source) and dead letters over Connect, per
+    device: an old event's window is emitted once the source has been quiet for a second, and
+    an event two hours early is counted and written as a dead letter."""
+    from pyspark.sql import functions as F
+
+    from wmobs import TimePolicy
+    from wmobs.testing import iso
+
+    now = time.time()
+    rows = [
+        {"EventTime": iso(now - 60), "deviceId": "A"},
+        {"EventTime": iso(now + 7200), "deviceId": "A"},  # early: dropped, dead-lettered
+    ]
+    write_rows(work / "idle_in", "0", rows)
+    policy = TimePolicy(
+        event_time="EventTime",
+        arrival_time=None,
+        late_arrival="10 minutes",
+        idle_timeout="1 second",
+        substream_by=["deviceId"],
+        name="connect_idle",
+        engine="jvm",
+    )
+    checkpoint = str(work / "idle_ckpt")
+    stream = spark.readStream.schema("EventTime TIMESTAMP, deviceId STRING").json(
+        str(work / "idle_in")
+    )
+    judged = policy.apply(stream, checkpoint_location=checkpoint, dead_letter=str(work / "dead"))
+    windows = judged.groupBy(F.window("system_timestamp", "3 seconds"), "deviceId").count()
+    query = (
+        windows.writeStream.queryName("connect_idle")
+        .format("memory")
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    table = "select count from connect_idle"
+    wait_until(lambda: spark.sql(table).count() > 0, timeout=120, what="the quiet window")
+    emitted = [int(r[0]) for r in spark.sql(table).collect()]
+    query.stop()
+    dead = spark.read.parquet(str(work / "dead")).count()
+    return {"emitted": emitted, "dead_letter_files_rows": dead}
+
+
 def with_extension() -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
@@ -174,6 +220,7 @@ def with_extension() -> dict[str, Any]:
     spark = wmobs.configure_spark(builder).getOrCreate()
     work = Path(tempfile.mkdtemp(prefix="wmobs-connect-"))
     result = {"session": type(spark).__module__, **worked_example(spark, work)}
+    result["idle"] = idle_and_dead_letters(spark, work)
     spark.stop()
     return result
 

@@ -45,7 +45,8 @@ def test_attach_over_spark_connect() -> None:
 def test_the_jvm_engine_over_spark_connect() -> None:
     """A Connect server started with wmobs' extension (``wmobs.configure_spark``): the client
     calls its functions by name, and the worked example comes out exact, globally (one event
-    per micro-batch) and per device."""
+    per micro-batch) and per device; the idle timeout closes a quiet device's window and an
+    early row is written as a dead letter."""
     pytest.importorskip("pyspark.sql.connect")
     result = run_job("tests.spark.connect_job --extension", timeout=600)
 
@@ -62,3 +63,6 @@ def test_the_jvm_engine_over_spark_connect() -> None:
         "early_arrival:dropped": 1,
         "late_arrival:adjusted": 1,
     }
+    # The idle timeout's heartbeat is a source of the extension, reached by name: the quiet
+    # window is emitted with its one real row, and the early row is in the dead letters.
+    assert result["idle"] == {"emitted": [1], "dead_letter_files_rows": 1}
