@@ -14,11 +14,13 @@ open until the next reading.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +32,7 @@ from typing import Any
 import structlog
 
 from wmobs._session import local_spark
+from wmobs._spark import jvm_exited, jvm_process
 from wmobs.deadletter import DeadLetter
 from wmobs.listener import BatchSummary, QuerySnapshot, format_timestamp
 from wmobs.policy import TimePolicy
@@ -181,6 +184,17 @@ def build_query(
     )
 
 
+def _await_jvm_exit(spark: Any, timeout: float = 5.0) -> None:
+    """Wait a little for Spark's JVM to exit: a SIGTERM to the whole process group (``timeout``,
+    systemd, a closed terminal) stops it as well as the demo, and calls into a JVM on its way
+    out fail with tracebacks. Ctrl-C does not stop it (PySpark starts the JVM ignoring SIGINT),
+    nor does a SIGTERM to the demo's process alone."""
+    proc = jvm_process(spark)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+
+
 def stop_between_batches(query: Any, timeout: float = 30.0) -> None:
     """Stop ``query`` while no micro-batch runs.
 
@@ -246,8 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     spark = local_spark("wmobs-demo")
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signals.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
 
     def print_batch(snap: QuerySnapshot, batch: BatchSummary) -> None:
         print(_summary_line(snap, batch, time.time()), flush=True)
@@ -271,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.is_set() and query.isActive:
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            stop.wait(0.5)
+            if stop.wait(0.5):
+                break
             count = spark.sql(f"SELECT count(*) FROM {QUERY_NAME}").first()[0]
             if count > emitted and source.idle:
                 print(
@@ -279,14 +300,20 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             emitted = count
-        if query.exception() is not None:
+        if not stop.is_set() and query.exception() is not None:
             print(f"query failed: {query.exception()}", file=sys.stderr)
             return 1
     finally:
         source.stop()
-        stop_between_batches(query)
-        monitor.close()
-        spark.stop()
+        if signal.SIGTERM in signals:
+            _await_jvm_exit(spark)
+        if jvm_exited(spark):
+            print("wmobs demo: Spark's JVM stopped on the signal too", file=sys.stderr)
+        else:
+            stop_between_batches(query)
+        monitor.close()  # without calling into an exited JVM
+        if not jvm_exited(spark):
+            spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"wmobs demo: wrote {source.rows} events in {source.files} files; stopped.")
     return 0

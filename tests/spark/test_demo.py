@@ -19,15 +19,26 @@ from wmobs.testing import parse_metrics
 pytestmark = pytest.mark.spark
 
 
-def test_demo_serves_metrics_and_stops_on_ctrl_c() -> None:
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_demo_serves_metrics_and_stops_on_a_signal(stop: str) -> None:
+    """The signal goes to the demo's whole process group, as a terminal's Ctrl-C (SIGINT,
+    which Spark's JVM ignores) and ``timeout`` or systemd (SIGTERM, which stops the JVM too)
+    send it: either way the demo stops with its last line and no traceback."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "wmobs", "demo", "--port", "0", "--idle-every", "0",
          "--rate", "100", "--trigger", "1 second", "--duration", "300"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
+    seen: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout or []:
+            seen.append(line)
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
 
     def next_line(pattern: str, timeout: float = 180) -> re.Match[str]:
         deadline = time.monotonic() + timeout
@@ -55,12 +66,13 @@ def test_demo_serves_metrics_and_stops_on_ctrl_c() -> None:
         assert len(policy) == 8  # every known rule/action pair, from the first batch on
         info = [k for k in samples if k[0] == "wmobs_policy_info"]
         assert [dict(labels)["engine"] for _, labels in info] == ["jvm"]
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, getattr(signal, stop))
         next_line(r"wmobs demo: wrote \d+ events .* stopped\.", timeout=120)
         assert proc.wait(timeout=120) == 0
+        assert not [line for line in seen if "Traceback" in line], "".join(seen)[-5000:]
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

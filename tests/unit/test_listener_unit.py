@@ -81,3 +81,29 @@ def test_internal_errors_are_logged_and_swallowed(rec: MetricsRecorder) -> None:
     assert [e["event"] for e in logs].count("wmobs.listener_error") == 5
     # the update that preceded the hook's failure still counted
     assert rec.value("wmobs_input_rows_total", query="q") == 10
+
+
+def test_the_jvm_counts_as_exited_only_when_this_process_started_it_and_it_ended() -> None:
+    """``Monitor.close`` and the demo skip calls into a JVM that has exited (a SIGTERM to the
+    whole process group stops it too): py4j would log each failed call with a traceback."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from wmobs._spark import jvm_exited
+
+    def session(proc: Any) -> Any:
+        return SimpleNamespace(_sc=SimpleNamespace(_gateway=SimpleNamespace(proc=proc)))
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    running = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        assert jvm_exited(session(ended))
+        assert not jvm_exited(session(running))
+        assert not jvm_exited(session(None))  # a JVM that started Python (spark-submit)
+        assert not jvm_exited(SimpleNamespace())  # no SparkContext here (Connect)
+    finally:
+        running.communicate(b"")

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from opentelemetry.metrics import MeterProvider
 
 from wmobs._log import get_logger
+from wmobs._spark import jvm_exited
 from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker
 from wmobs.listener.metrics import Instruments
 
@@ -101,10 +102,13 @@ class Monitor:
             if self._closed:
                 return
             self._closed = True
-        try:
-            self._spark.streams.removeListener(self.listener)
-        except Exception:
-            _log.warning("wmobs.remove_listener_failed", exc_info=True)
+        if jvm_exited(self._spark):  # the listener went with it
+            _log.info("wmobs.listener_not_removed", reason="Spark's JVM has exited")
+        else:
+            try:
+                self._spark.streams.removeListener(self.listener)
+            except Exception:
+                _log.warning("wmobs.remove_listener_failed", exc_info=True)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
