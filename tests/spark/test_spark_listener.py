@@ -104,10 +104,17 @@ def test_watermark_delay_rows_and_stop(spark: Any, tmp_path: Path) -> None:
         stopped = (key, ("outcome", "stopped"))
         assert after[("wmobs.query.terminations", tuple(sorted(stopped)))] == 1
 
+        # A notebook's cell run twice: the port's holder is named, and keeps serving.
+        with pytest.raises(OSError, match="in use by a wmobs Monitor attached earlier"):
+            wmobs.attach(spark, prometheus_port=monitor.prometheus_port)
+        assert _scrape(monitor.metrics_url or "")[("wmobs_query_active", (key,))] == 0
+
     assert monitor.closed
     with pytest.raises(OSError):
         _scrape(monitor.metrics_url or "")
     monitor.close()  # idempotent
+    with wmobs.attach(spark, prometheus_port=monitor.prometheus_port) as again:  # released
+        assert again.metrics_url == monitor.metrics_url
 
 
 def test_failed_query_counts_failed_outcome(spark: Any, tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -146,6 +148,28 @@ def _require_client_side_listeners(spark: Any) -> None:
         )
 
 
+_monitors: weakref.WeakSet[Monitor] = weakref.WeakSet()
+"""Every Monitor of this process, to name the one that holds a port another attach asks for."""
+
+
+def _port_in_use(addr: str, port: int) -> str:
+    holder = next(
+        (
+            m
+            for m in list(_monitors)
+            if not m.closed and m.prometheus_port == port and m.prometheus_addr == addr
+        ),
+        None,
+    )
+    where = f"wmobs.attach: cannot serve /metrics on {addr}:{port}, which is in use"
+    if holder is not None:  # a notebook's cell run twice
+        return (
+            f"{where} by a wmobs Monitor attached earlier in this process, which still runs: "
+            "use that one, or close it (monitor.close()) before attaching again"
+        )
+    return f"{where}: pass another prometheus_port (0 picks a free one)"
+
+
 def attach(
     spark: Any,
     *,
@@ -207,10 +231,12 @@ def attach(
         registry.register(exposition)
         try:
             server = MetricsServer(prometheus_addr, int(prometheus_port or 0), exposition)
-        except OSError:
+        except OSError as exc:
             if private_provider is not None:
                 private_provider.shutdown()
-            raise
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise OSError(exc.errno, _port_in_use(prometheus_addr, int(prometheus_port))) from exc
 
     listener = WmobsListener(tracker, instruments, logger=logger, on_progress=on_progress)
     monitor = Monitor(
@@ -222,6 +248,7 @@ def attach(
         registry=registry,
         prometheus_addr=prometheus_addr if server is not None else None,
     )
+    _monitors.add(monitor)
     try:
         spark.streams.addListener(listener)
         # Queries already running: seen now, without undoing an event that raced us.
