@@ -4,6 +4,7 @@ no Spark session)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -110,9 +111,13 @@ def test_the_jar_of_each_spark_line_is_in_the_package() -> None:
     assert wmobs.JarBuildError is wmobs.JarError  # its name while it was compiled at run time
 
 
-def test_the_session_builder_helper_adds_to_what_is_there() -> None:
+def test_the_session_builder_helper_adds_to_what_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``wmobs.configure_spark`` keeps the builder's own jars and extensions."""
     import wmobs
+
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf
     from wmobs.policy import EXTENSIONS
 
     class Builder:
@@ -134,3 +139,48 @@ def test_the_session_builder_helper_adds_to_what_is_there() -> None:
         "--conf",
         f"spark.sql.extensions={EXTENSIONS}",
     ]
+
+
+def test_the_helpers_keep_what_spark_defaults_conf_configures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's ``spark-defaults.conf`` with Delta's extension and a JAR of its own: a value
+    on the command line or the builder would replace it, so the helpers list it first."""
+    import wmobs
+    from wmobs.policy import EXTENSIONS
+    from wmobs.policy._jvm import spark_defaults
+
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# a cluster's defaults\n"
+        "spark.sql.extensions   io.delta.sql.DeltaSparkSessionExtension\n"
+        "spark.jars=/opt/jars/delta.jar, /opt/jars/other.jar\n"
+        "! a comment too\n"
+        "spark.executor.memory: 4g\n"
+    )
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert spark_defaults()["spark.executor.memory"] == "4g"
+    mine = str(wmobs.jar("4.1.0"))
+    delta = "io.delta.sql.DeltaSparkSessionExtension"
+    assert wmobs.policy.submit_args("4.1.0") == [
+        "--jars",
+        f"/opt/jars/delta.jar,/opt/jars/other.jar,{mine}",
+        "--conf",
+        f"spark.sql.extensions={delta},{EXTENSIONS}",
+    ]
+
+    class Builder:
+        def __init__(self, options: dict[str, str]) -> None:
+            self._options = options
+
+        def config(self, key: str, value: str) -> Builder:
+            self._options[key] = value
+            return self
+
+    built = wmobs.configure_spark(Builder({}), "4.1.0")._options
+    assert built["spark.sql.extensions"] == f"{delta},{EXTENSIONS}"
+    assert built["spark.jars"] == f"/opt/jars/delta.jar,/opt/jars/other.jar,{mine}"
+    # What the builder sets replaces the defaults in Spark too: it is what is kept.
+    own = wmobs.configure_spark(Builder({"spark.sql.extensions": "x.Ext"}), "4.1.0")._options
+    assert own["spark.sql.extensions"] == f"x.Ext,{EXTENSIONS}"
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))  # no file: nothing to keep
+    assert spark_defaults() == {}

@@ -25,6 +25,9 @@ what :mod:`wmobs.policy._engine` does when a policy is applied.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,6 +46,7 @@ __all__ = [
     "judge",
     "load",
     "observation",
+    "spark_defaults",
     "spark_line",
     "submit_args",
     "substreams",
@@ -105,23 +109,83 @@ def jar(spark_version: str | None = None) -> Path:
 
 def configure(builder: Any, spark_version: str | None = None) -> Any:
     """``builder`` (a ``SparkSession.Builder``) with wmobs' JAR and extension added to what it
-    already has in ``spark.jars`` and ``spark.sql.extensions``: the one line a session needs
-    for the JVM engine, Spark Connect servers included::
+    already has in ``spark.jars`` and ``spark.sql.extensions`` (or, where it sets neither,
+    to what the installation's ``spark-defaults.conf`` has, which the builder's value would
+    replace: Delta's or Iceberg's extension stays): the one line a session needs for the JVM
+    engine, Spark Connect servers included::
 
         spark = wmobs.configure_spark(SparkSession.builder.master("local[2]")).getOrCreate()
     """
     path = str(jar(spark_version))
     options = getattr(builder, "_options", {})
+    defaults = spark_defaults(_pyspark_home())
     for key, value in (("spark.jars", path), ("spark.sql.extensions", EXTENSIONS)):
-        present = [v for v in str(options.get(key, "")).split(",") if v]
+        present = _listed(options.get(key, defaults.get(key, "")))
         if value not in present:
             builder = builder.config(key, ",".join([*present, value]))
     return builder
 
 
 def submit_args(spark_version: str | None = None) -> list[str]:
-    """The ``spark-submit`` arguments that give a cluster's sessions wmobs' extension."""
-    return ["--jars", str(jar(spark_version)), "--conf", f"spark.sql.extensions={EXTENSIONS}"]
+    """The ``spark-submit`` arguments that give a cluster's sessions wmobs' extension. A value
+    on the command line replaces the one in ``spark-defaults.conf``, so the JARs and extensions
+    configured there (Delta's, Iceberg's) are listed before wmobs' own."""
+    defaults = spark_defaults(_submit_home())
+    jars = [*_listed(defaults.get("spark.jars", "")), str(jar(spark_version))]
+    extensions = [*_listed(defaults.get("spark.sql.extensions", "")), EXTENSIONS]
+    return [
+        "--jars",
+        ",".join(dict.fromkeys(jars)),
+        "--conf",
+        f"spark.sql.extensions={','.join(dict.fromkeys(extensions))}",
+    ]
+
+
+def spark_defaults(spark_home: str | None = None) -> dict[str, str]:
+    """The properties of the ``spark-defaults.conf`` that Spark's launcher reads: in
+    ``$SPARK_CONF_DIR``, else in ``conf/`` of ``$SPARK_HOME`` (else of ``spark_home``); empty
+    where there is none. Java properties' ``key value``, ``key=value`` and ``key: value``."""
+    home = os.environ.get("SPARK_HOME") or spark_home
+    folder = os.environ.get("SPARK_CONF_DIR") or (os.path.join(home, "conf") if home else None)
+    if not folder:
+        return {}
+    try:
+        text = Path(folder, "spark-defaults.conf").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    properties = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and line[0] not in "#!":
+            match = re.match(r"([^\s=:]+)(?:\s*[=:]\s*|\s+)(.*)", line)
+            if match:
+                properties[match.group(1)] = match.group(2).strip()
+    return properties
+
+
+def _listed(value: str) -> list[str]:
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def _pyspark_home() -> str | None:
+    """The Spark home PySpark launches its JVM from (``SPARK_HOME``, or PySpark's own)."""
+    try:
+        from pyspark.find_spark_home import _find_spark_home
+
+        return str(_find_spark_home())
+    except (Exception, SystemExit):  # it exits where it finds no Spark
+        return None
+
+
+def _submit_home() -> str | None:
+    """The Spark home of the ``spark-submit`` on the PATH: a distribution's (the folder above
+    its ``bin/``), or PySpark's for the script that ``pip install pyspark`` puts on it."""
+    found = shutil.which("spark-submit")
+    if found:
+        home = Path(found).resolve().parent.parent
+        if (home / "jars").is_dir():
+            return str(home)
+    return _pyspark_home()
 
 
 def extension_version(spark: Any) -> str | None:
