@@ -59,6 +59,7 @@ def test_watermark_delay_rows_and_stop(spark: Any, tmp_path: Path) -> None:
         on_progress=waiter,
     ) as monitor:
         assert monitor.prometheus_port and monitor.prometheus_port > 0
+        assert monitor.tracker.retention == 3600  # a terminated query's series: one hour
         query = windowed_query(spark, tmp_path / "in", tmp_path / "ckpt", name)
         query.processAllAvailable()
         wait_until(

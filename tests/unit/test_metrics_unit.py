@@ -540,3 +540,48 @@ def test_a_new_query_under_an_earlier_ones_name_continues_its_series(
     snap = rec.tracker.snapshot("q")
     assert snap is not None and snap.query_id == "new" and snap.input_rows == 14
     assert [s.label for s in rec.tracker.snapshots()] == ["q"]
+
+
+def test_a_terminated_querys_series_go_after_the_retention(clock: Clock) -> None:
+    """A driver that runs many short queries (a notebook's: unnamed, each labelled by its id)
+    does not export them for its whole life: a label goes once every query under it has been
+    terminated for ``retention`` seconds; never one query of a label, whose counters would
+    then run backwards."""
+    rec = MetricsRecorder(clock=clock)
+    rec.tracker.retention = 3600.0
+    try:
+        rec.tracker.on_started("adhoc", "r-1", None)
+        rec.tracker.on_progress(progress_json(name=None, id="adhoc", rows=3))
+        rec.tracker.on_started("old", "r-2", "q")  # "q" in two checkpoints, one after the other
+        rec.tracker.on_progress(progress_json(id="old", rows=10))
+        rec.tracker.on_terminated("old", exception=None)
+        rec.tracker.on_started("new", "r-3", "q")
+        rec.tracker.on_progress(progress_json(id="new", rows=4))
+        rec.tracker.on_terminated("adhoc", exception="boom")
+        clock.now += 3599
+        assert rec.value("wmobs_query_terminations_total", query="adhoc", outcome="failed") == 1
+        clock.now += 2  # an hour after "adhoc" and "old" terminated
+        assert rec.value("wmobs_query_active", query="adhoc") is None
+        assert rec.value("wmobs_input_rows_total", query="adhoc") is None
+        assert rec.sdk_value("wmobs_input_rows_total", query="adhoc") is None
+        assert rec.tracker.snapshot("adhoc") is None
+        assert rec.value("wmobs_input_rows_total", query="q") == 14  # "new" still runs
+        rec.tracker.on_terminated("new", exception=None)
+        clock.now += 3601
+        assert rec.value("wmobs_input_rows_total", query="q") is None
+        assert rec.tracker.snapshots() == []
+        rec.tracker.on_started("new", "r-4", "q")  # back under its name: a new series
+        rec.tracker.on_progress(progress_json(id="new", batch_id=7, rows=2))
+        assert rec.value("wmobs_input_rows_total", query="q") == 2
+        assert rec.value("wmobs_query_terminations_total", query="q", outcome="stopped") == 0
+    finally:
+        rec.shutdown()
+
+
+def test_a_negative_retention_is_an_error() -> None:
+    from datetime import timedelta
+
+    import wmobs
+
+    with pytest.raises(ValueError, match="terminated_retention: must not be negative"):
+        wmobs.attach(object(), terminated_retention=timedelta(seconds=-1))

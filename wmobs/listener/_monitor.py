@@ -7,6 +7,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -180,6 +181,7 @@ def attach(
     logger: Any = None,
     on_progress: Callable[[QuerySnapshot, BatchSummary], None] | None = None,
     clock: Callable[[], float] = time.time,
+    terminated_retention: timedelta | None = timedelta(hours=1),
 ) -> Monitor:
     """Watch every streaming query of ``spark`` (classic or Spark Connect) and export metrics.
 
@@ -198,6 +200,10 @@ def attach(
       logger; wmobs never configures logging).
     - ``on_progress``: called with ``(snapshot, batch_summary)`` after each progress event,
       on Spark's listener thread; keep it quick. Its exceptions are logged and swallowed.
+    - ``terminated_retention``: how long a terminated query's series stay exported (and its
+      snapshot kept) once every query under its label has terminated; ``None``: for the
+      monitor's life. A query that starts again under the same name within it continues its
+      series; after it, they start again from zero, as a new series.
 
     Queries already running are picked up at once; queries started later, as they start.
     Spark 3.5 and 4.x; over Spark Connect, 4.x (see :func:`_require_client_side_listeners`).
@@ -205,7 +211,10 @@ def attach(
     _require_client_side_listeners(spark)
     from wmobs.listener._spark_listener import WmobsListener
 
-    tracker = Tracker(clock=clock)
+    if terminated_retention is not None and terminated_retention.total_seconds() < 0:
+        raise ValueError(f"terminated_retention: must not be negative, got {terminated_retention}")
+    retention = None if terminated_retention is None else terminated_retention.total_seconds()
+    tracker = Tracker(clock=clock, retention=retention)
     instruments = [Instruments(tracker, meter_provider)]
 
     private_provider = None

@@ -139,6 +139,8 @@ class QuerySnapshot:
     started: int = 0
     """When the query last started, in the tracker's order of events (the latest of several
     queries under one name is the one whose gauges are exported)."""
+    terminated_at: float | None = None
+    """When the query terminated (the tracker's clock), while it is not running."""
 
     def policy(self, name: str | None = None) -> PolicySnapshot | None:
         """The policy ``name``; without it, the query's only policy (None if it has none, or
@@ -296,8 +298,13 @@ class Tracker:
     ``clock`` returns unix seconds; tests inject a fake one.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, retention: float | None = None
+    ) -> None:
         self.clock = clock
+        self.retention = retention
+        """Seconds a terminated query's series stay after it terminated (every query under
+        its label terminated that long ago); ``None``: for the tracker's life."""
         self._lock = threading.Lock()
         self._queries: dict[str, QuerySnapshot] = {}  # by query id
         self._starts = 0
@@ -320,8 +327,10 @@ class Tracker:
 
     def on_started(self, query_id: str, run_id: str | None, name: str | None) -> QuerySnapshot:
         with self._lock:
+            self._forget_terminated()
             snap = self._query(query_id, name)
             snap.active = True
+            snap.terminated_at = None
             snap.run_id = run_id
             self._started(snap)
             return snap
@@ -360,6 +369,7 @@ class Tracker:
             if progress.get("runId") is not None:
                 snap.run_id = str(progress["runId"])
             snap.active = True
+            snap.terminated_at = None
             # A batch id seen before: a restart re-running a micro-batch whose commit was not
             # written. Its rows and counts were counted when it ran first; the same offsets
             # give the same rows and verdicts, so they are not counted twice.
@@ -408,6 +418,7 @@ class Tracker:
         with self._lock:
             snap = self._query(query_id, None)
             snap.active = False
+            snap.terminated_at = self.clock()
             snap.terminations[outcome] += 1
             snap.last_exception = exception
             return copy.deepcopy(snap)
@@ -419,9 +430,30 @@ class Tracker:
 
     # ---- reads (collection thread) ---------------------------------------------------
 
+    def _forget_terminated(self) -> None:
+        """Drop the labels whose every query terminated more than ``retention`` ago (call with
+        the lock held): a driver that runs many short queries (a notebook's, unnamed, each
+        labelled by its id) would export their series for its whole life. A label goes whole,
+        never one query of it: its counters never run backwards."""
+        if self.retention is None:
+            return
+        horizon = self.clock() - self.retention
+        groups: dict[str, list[str]] = {}
+        for query_id, snap in self._queries.items():
+            groups.setdefault(snap.label, []).append(query_id)
+        for ids in groups.values():
+            snaps = [self._queries[i] for i in ids]
+            if all(
+                not s.active and s.terminated_at is not None and s.terminated_at < horizon
+                for s in snaps
+            ):
+                for query_id in ids:
+                    del self._queries[query_id]
+
     def _views(self) -> list[QuerySnapshot]:
         """One snapshot per label (call with the lock held): the tracker's own where a label
         has one query (do not keep or change it), else a merged copy."""
+        self._forget_terminated()
         groups: dict[str, list[QuerySnapshot]] = {}
         for snap in self._queries.values():
             groups.setdefault(snap.label, []).append(snap)
@@ -431,6 +463,7 @@ class Tracker:
         """A copy of the snapshot of ``query``: its label (every query that ran under that
         name), or one query's id."""
         with self._lock:
+            self._forget_terminated()
             snap = self._queries.get(query)
             if snap is None:
                 snap = next((s for s in self._views() if s.label == query), None)
