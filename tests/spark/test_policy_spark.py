@@ -340,6 +340,40 @@ def test_another_querys_checkpoint_fails_the_query(spark: Any, tmp_path: Path, r
     assert f"is the checkpoint of query {first.id}, not of {second.id}" in error, error
 
 
+@pytest.mark.parametrize("read", ["jvm", "python"])
+def test_asynchronous_progress_tracking_is_named_as_the_cause(
+    spark: Any, tmp_path: Path, read: str
+) -> None:
+    """A query that tracks its progress asynchronously writes its offsets log late or not at
+    all (here only batch 0's, within the minute): the micro-batch whose entry is missing fails,
+    naming the option, where it named the checkpoint location as the likely mistake."""
+    for i in range(3):
+        write_rows(tmp_path / "in", str(i), [{"id": i, "EventTime": iso(time.time())}])
+    stream = (
+        spark.readStream.schema("id INT, EventTime TIMESTAMP")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in"))
+    )
+    checkpoint = str(tmp_path / "ckpt")
+    out = TimePolicy(arrival_time=None, engine=read).apply(stream, checkpoint_location=checkpoint)
+    query = (
+        out.writeStream.format("memory")
+        .queryName(f"async_{read}")
+        .option("checkpointLocation", checkpoint)
+        .option("asyncProgressTrackingEnabled", "true")
+        .option("asyncProgressTrackingCheckpointIntervalMs", "60000")
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match="asyncProgressTrackingEnabled") as failed:
+            query.processAllAvailable()
+        assert f"the offsets log of query {query.id} in" in str(failed.value)
+        assert "has no entry for batch" in str(failed.value)
+    finally:
+        query.stop()
+
+
 @pytest.mark.parametrize(
     "judges", [("jvm", "python"), ("python", "jvm"), ("python", "jvm, per-bucket files")]
 )

@@ -92,13 +92,32 @@ def read_batch_times(
                 raise CheckpointNotFoundError(
                     f"{base} is the checkpoint of query {meta.get('id')}, not of {query_id}"
                 )
-        entry = parse_offsets(storage.read_text(f"{base}/offsets/{batch_id}"))
+        try:
+            text = storage.read_text(f"{base}/offsets/{batch_id}")
+        except FileNotFoundError as exc:
+            if query_id is None:  # perhaps not the query's checkpoint: the hint below
+                raise
+            raise CheckpointNotFoundError(no_offsets_entry(base, batch_id, query_id)) from exc
+        entry = parse_offsets(text)
     except (OSError, ValueError) as exc:
         raise CheckpointNotFoundError(
             f"wmobs TimePolicy could not read the watermark of batch {batch_id} from the "
             f"checkpoint {base!r} ({exc}). {_HINT}"
         ) from exc
     return BatchTimes(batch_id, entry.watermark_ms, entry.timestamp_ms)
+
+
+def no_offsets_entry(base: str, batch_id: int, query_id: str) -> str:
+    """Why the offsets log of the query's own checkpoint lacks a micro-batch (the JVM engine
+    says the same, ``BatchTimes.java``)."""
+    return (
+        f"wmobs TimePolicy: the offsets log of query {query_id} in {base!r} has no entry for "
+        f"batch {batch_id}. Spark writes it before each micro-batch runs, unless the query "
+        "tracks its progress asynchronously (the writeStream option "
+        "asyncProgressTrackingEnabled), which writes it late or not at all; time policies read "
+        "each micro-batch's watermark and time from it: turn asynchronous progress tracking "
+        "off for this query"
+    )
 
 
 def _task_properties() -> dict[str, Any]:

@@ -2,10 +2,12 @@ package io.wmobs.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.NoSuchFileException;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -128,7 +130,16 @@ public final class BatchTimes implements Serializable {
               base + " is the checkpoint of query " + id + ", not of " + queryId);
         }
       }
-      List<String> lines = readText(base + "/offsets/" + batch, hadoop).lines().toList();
+      String offsets;
+      try {
+        offsets = readText(base + "/offsets/" + batch, hadoop);
+      } catch (FileNotFoundException | NoSuchFileException e) {
+        if (queryId == null) { // perhaps not the query's checkpoint: the hint below
+          throw e;
+        }
+        throw new IllegalStateException(noOffsetsEntry(base, batch, queryId), e);
+      }
+      List<String> lines = offsets.lines().toList();
       if (lines.size() < 2) {
         throw new IOException("incomplete offsets file (being written?)");
       }
@@ -145,6 +156,19 @@ public final class BatchTimes implements Serializable {
               + " from the checkpoint '" + base + "' (" + e + "). " + Hadoop.HINT,
           e);
     }
+  }
+
+  /**
+   * Why the offsets log of the query's own checkpoint lacks a micro-batch (the Python engine
+   * says the same, {@code _checkpoint.no_offsets_entry}).
+   */
+  static String noOffsetsEntry(String base, long batch, String queryId) {
+    return "wmobs TimePolicy: the offsets log of query " + queryId + " in '" + base
+        + "' has no entry for batch " + batch + ". Spark writes it before each micro-batch"
+        + " runs, unless the query tracks its progress asynchronously (the writeStream option"
+        + " asyncProgressTrackingEnabled), which writes it late or not at all; time policies"
+        + " read each micro-batch's watermark and time from it: turn asynchronous progress"
+        + " tracking off for this query";
   }
 
   static String readText(String path, Configuration hadoop) throws IOException {
