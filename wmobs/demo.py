@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         if signal.SIGTERM in signals:
             _await_jvm_exit(spark)
         if jvm_exited(spark):
-            print("wmobs demo: Spark's JVM stopped on the signal too", file=sys.stderr)
+            why = "on the signal too" if signals else "on its own"
+            print(f"wmobs demo: Spark's JVM stopped {why}", file=sys.stderr)
         else:
             stop_between_batches(query)
         monitor.close()  # without calling into an exited JVM
