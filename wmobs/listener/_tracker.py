@@ -438,26 +438,26 @@ class Tracker:
         if self.retention is None:
             return
         horizon = self.clock() - self.retention
-        groups: dict[str, list[str]] = {}
-        for query_id, snap in self._queries.items():
-            groups.setdefault(snap.label, []).append(query_id)
-        for ids in groups.values():
-            snaps = [self._queries[i] for i in ids]
+        for snaps in self._labels().values():
             if all(
                 not s.active and s.terminated_at is not None and s.terminated_at < horizon
                 for s in snaps
             ):
-                for query_id in ids:
-                    del self._queries[query_id]
+                for snap in snaps:
+                    del self._queries[snap.query_id]
 
-    def _views(self) -> list[QuerySnapshot]:
-        """One snapshot per label (call with the lock held): the tracker's own where a label
-        has one query (do not keep or change it), else a merged copy."""
-        self._forget_terminated()
+    def _labels(self) -> dict[str, list[QuerySnapshot]]:
+        """The queries under each label (call with the lock held)."""
         groups: dict[str, list[QuerySnapshot]] = {}
         for snap in self._queries.values():
             groups.setdefault(snap.label, []).append(snap)
-        return [group[0] if len(group) == 1 else _merged(group) for group in groups.values()]
+        return groups
+
+    def _views(self) -> list[QuerySnapshot]:
+        """One snapshot per label (call with the lock held, after :meth:`_forget_terminated`):
+        the tracker's own where a label has one query (do not keep or change it), else a
+        merged copy."""
+        return [g[0] if len(g) == 1 else _merged(g) for g in self._labels().values()]
 
     def snapshot(self, query: str) -> QuerySnapshot | None:
         """A copy of the snapshot of ``query``: its label (every query that ran under that
@@ -472,6 +472,7 @@ class Tracker:
     def snapshots(self) -> list[QuerySnapshot]:
         """A copy of each label's snapshot."""
         with self._lock:
+            self._forget_terminated()
             return [copy.deepcopy(s) for s in self._views()]
 
     def observe(self, fn: Callable[[QuerySnapshot, float], Iterable[T]]) -> list[T]:
@@ -482,6 +483,7 @@ class Tracker:
         with self._lock:
             if self._closed:
                 return []
+            self._forget_terminated()
             now = self.clock()
             out: list[T] = []
             for snap in self._views():
