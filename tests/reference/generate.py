@@ -7,7 +7,10 @@
   verdict and each batch's state after it;
 - ``idle_clock.json``: idle clocks along timelines of processing time;
 - ``histogram_buckets.json``: each distribution's bounds, and values at and around each edge
-  with their bucket.
+  with their bucket;
+- ``batch_input.json``: pairs of offsets-log entries (a file source, a Kafka source and the
+  idle heartbeat) and whether the later micro-batch read input, the heartbeat's test of a tick
+  that meets a backlog.
 
 Every expectation comes from the event-at-a-time definitions in ``tests/unit/_reference.py``
 (and, for the worked example, the hand-worked table it is checked against), never from an
@@ -219,11 +222,56 @@ def histogram_buckets() -> dict[str, Any]:
     return out
 
 
+def batch_input() -> dict[str, Any]:
+    """Whether a micro-batch read input: a source other than the heartbeat moved its offset
+    from the batch before (``before`` null: the query's first batch, where any offset counts).
+    Hand-written: the offsets log's lines as Spark writes them."""
+    file = '{"logOffset":%d}'
+    kafka = '{"clicks":{"0":%d,"1":7}}'
+    tick = '{"wmobs_idle_tick":%d,"idle_since":1700000000000}'
+    cases = [
+        (
+            "nothing moved: a no-data batch",
+            [file % 3, kafka % 5, tick % 1],
+            [file % 3, kafka % 5, tick % 1],
+            False,
+        ),
+        (
+            "only the heartbeat ticked",
+            [file % 3, kafka % 5, tick % 2],
+            [file % 3, kafka % 5, tick % 1],
+            False,
+        ),
+        (
+            "the file source moved",
+            [file % 4, kafka % 5, tick % 1],
+            [file % 3, kafka % 5, tick % 1],
+            True,
+        ),
+        (
+            "Kafka moved as the heartbeat ticked",
+            [file % 3, kafka % 6, tick % 2],
+            [file % 3, kafka % 5, tick % 1],
+            True,
+        ),
+        ("a source with no offset before", [file % 0, "-", tick % 1], ["-", "-", tick % 1], True),
+        ("first batch, a source with an offset", [file % 0, "-", tick % 1], None, True),
+        ("first batch, only the heartbeat", ["-", "-", tick % 1], None, False),
+    ]
+    return {
+        "cases": [
+            {"case": name, "now": now, "before": before, "read_input": expected}
+            for name, now, before, expected in cases
+        ]
+    }
+
+
 FILES = {
     "worked_example.json": worked_example,
     "substream_streams.json": substream_streams,
     "idle_clock.json": idle_clock,
     "histogram_buckets.json": histogram_buckets,
+    "batch_input.json": batch_input,
 }
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -234,3 +235,97 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
     store = StateStore(str(tmp_path / "ckpt-subs_q" / state_directory(f"subs_{engine}")))
     wait_until(lambda: store.stored_keys() == 0, what="idle keys evicted", timeout=60)
     query.stop()
+
+
+def _available_now_for_python_sources() -> bool:
+    try:
+        from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _watermark_committed(checkpoint: Path) -> int:
+    """Spark's watermark after the query's last micro-batch (its commit log)."""
+    last = max(
+        (p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
+    return int(json.loads(last.read_text().splitlines()[1]).get("nextBatchWatermarkMs", 0))
+
+
+@pytest.mark.parametrize(
+    ("engine", "trigger"),
+    [("jvm", "availableNow"), ("jvm", "processingTime"), ("python", "availableNow")],
+)
+def test_a_backlog_read_after_a_pause_is_judged_before_an_idle_clock_moves(
+    spark: Any, tmp_path: Path, engine: str, trigger: str
+) -> None:
+    """A query stopped for longer than its idle timeout and started again on a backlog, which it
+    reads one file per micro-batch (``maxFilesPerTrigger``, as ``maxOffsetsPerTrigger`` caps a
+    Kafka backlog). The heartbeat's tick comes with the backlog's first micro-batch and moves
+    no clock there: the files read after it are judged against the watermark their own rows
+    make (before, a clock run on through the pause dropped all three as out of order). Under
+    ``Trigger.AvailableNow`` the backlog takes as many micro-batches as without idle timeout
+    (Spark ran a single one for a query whose heartbeat did not support the trigger), and a
+    later run that finds no input fires: Spark's watermark moves on."""
+    if engine == "python" and not _available_now_for_python_sources():
+        pytest.skip(
+            "PySpark < 4.2 runs Trigger.AvailableNow in one micro-batch with a Python source"
+        )
+    from pyspark.sql import functions as F
+
+    checkpoint = tmp_path / "ckpt"
+    dead = tmp_path / "dead"
+    policy = TimePolicy(
+        arrival_time="ArrivalTime",
+        late_arrival="1 hour",
+        out_of_order_action="drop",
+        idle_timeout="1 second",
+        name=f"backlog_{engine}",
+        engine=engine,
+    )
+    schema = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP"
+
+    def row(i: int, t: float) -> dict[str, Any]:
+        return {"id": i, "EventTime": iso(t), "ArrivalTime": iso(t)}
+
+    def run() -> Any:
+        source = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+        judged = policy.apply(
+            source.json(str(tmp_path / "in")),
+            checkpoint_location=str(checkpoint),
+            dead_letter=str(dead),
+        )
+        writer = (
+            judged.select("id", F.col("system_timestamp").alias("t"))
+            .writeStream.option("checkpointLocation", str(checkpoint))
+            .format("parquet")
+        )
+        if trigger == "availableNow":
+            query = writer.trigger(availableNow=True).start(str(tmp_path / "out"))
+            assert query.awaitTermination(120)
+        else:
+            query = writer.trigger(processingTime="100 milliseconds").start(str(tmp_path / "out"))
+            query.processAllAvailable()
+            query.stop()
+        assert query.exception() is None
+        return query
+
+    t = time.time()
+    write_rows(tmp_path / "in", "first", [row(0, t)])
+    run()
+    for i in (1, 2, 3):  # in order, after the first row: none is out of order
+        write_rows(tmp_path / "in", f"backlog-{i}", [row(i, t + i / 10)])
+    time.sleep(1.5)  # the pause under test: longer than the idle timeout
+    query = run()
+
+    kept = sorted(r.id for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert kept == [0, 1, 2, 3]
+    assert not dead.exists() or not list(dead.rglob("*.parquet"))
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [1, 1, 1]
+    if trigger == "availableNow":
+        before = _watermark_committed(checkpoint)
+        time.sleep(1.5)  # idle again, with nothing to read: this run's tick fires
+        run()
+        assert _watermark_committed(checkpoint) > before

@@ -17,6 +17,7 @@ from wmobs.policy._idle import (
     global_synthetic,
     idle_jump_ms,
     next_tick,
+    quiet_only,
 )
 from wmobs.testing import MetricsRecorder, progress_json
 
@@ -40,6 +41,28 @@ def test_ticks_wait_for_idleness_and_the_interval() -> None:
     assert default_check_interval_ms(1 * S) == 250
     assert default_check_interval_ms(10) == 100
     assert default_check_interval_ms(3600 * S) == 5 * S
+
+
+def test_an_available_now_run_ticks_once_as_of_its_start() -> None:
+    """Under ``Trigger.AvailableNow`` the reader decides as of the run's start: one tick at
+    most, marked so that it moves no substreams clock in a micro-batch that read input (a
+    global tick never does)."""
+    import time
+
+    pytest.importorskip("pyarrow")
+    from wmobs.policy._idle_source import _Reader
+
+    reader = _Reader({"mode": "substreams", "timeout_ms": "1000", "interval_ms": "1"})
+    reader.prepareForTriggerAvailableNow()
+    tick = reader.latestOffset({TICK: 0}, None)
+    assert tick[TICK] > 0 and tick["available_now"] is True
+    time.sleep(0.01)  # wall time passes; the run's "now" does not
+    assert reader.latestOffset(tick, None) is tick
+    assert quiet_only(tick, global_mode=False)
+    assert not quiet_only({TICK: 5}, global_mode=False)  # processing-time substreams ticks
+    assert quiet_only({TICK: 5, "idle_since": 1}, global_mode=True)
+    plain = next_tick({TICK: 0}, now_ms=5 * S, interval_ms=250, idle_since_ms=4 * S)
+    assert "available_now" not in plain
 
 
 def test_the_heartbeat_reader_answers_both_of_sparks_calls() -> None:

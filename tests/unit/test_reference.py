@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.reference import generate
-from wmobs.policy._idle import advance
+from wmobs.policy._idle import advance, read_input
 from wmobs.policy._substream_judge import SubstreamConfig, judge_partition
 from wmobs.policy._substream_state import KeyState
 from wmobs.policy._verdicts import DROPPED_BITS, EARLY_DROPPED, OOO_ADJUSTED, OOO_DROPPED
@@ -88,6 +88,11 @@ def test_random_streams() -> None:
             assert judged == batch["expected"], case["case"]
             after = dict(zip(state.keys.tolist(), state.max_us.tolist(), strict=True))
             assert {str(k): v for k, v in sorted(after.items())} == batch["state_after"]
+
+
+def test_batch_input() -> None:
+    for case in load("batch_input.json")["cases"]:
+        assert read_input(case["now"], case["before"]) == case["read_input"], case["case"]
 
 
 def test_idle_clock() -> None:

@@ -34,7 +34,7 @@ keys both call it); the JVM engine's copy is ``IdleClock.java``, and both answer
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -55,12 +55,18 @@ __all__ = [
     "global_synthetic",
     "idle_jump_ms",
     "next_tick",
+    "quiet_only",
+    "read_input",
 ]
 
 TICK = IDLE_TICK
 """Key of the heartbeat's offset (processing time of the tick, ms): how it is recognised in the
 offsets log and in ``progress.sources``."""
 IDLE_SINCE = "idle_since"
+AVAILABLE_NOW = "available_now"
+"""In a tick made by a ``Trigger.AvailableNow`` run: it then moves no clock of substreams in a
+micro-batch that read input, as a global tick never does (journaled in the offsets log, so a
+batch run again decides the same)."""
 REAL = -1
 """The idle column of a real row; synthetic rows carry their firings (>= 0)."""
 HEARTBEAT = -2
@@ -78,20 +84,43 @@ def next_tick(
     now_ms: int,
     interval_ms: int,
     idle_since_ms: int | None,
+    available_now: bool = False,
 ) -> dict[str, Any]:
     """The heartbeat's latest offset: a new tick when one is due, else ``start`` (no batch).
 
     ``idle_since_ms`` is when the stream became idle (last input + timeout); ``None`` means
     "do not wait for idleness" (substreams: every key decides for itself, so ticks run always).
+    ``available_now``: a ``Trigger.AvailableNow`` run asks, with ``now_ms`` its start.
     """
     last = int(start.get(TICK, 0))
     if now_ms - last < interval_ms:
         return start
-    if idle_since_ms is None:
-        return {TICK: now_ms}
-    if now_ms < idle_since_ms:
-        return start
-    return {TICK: now_ms, IDLE_SINCE: idle_since_ms}
+    tick: dict[str, Any] = {TICK: now_ms}
+    if idle_since_ms is not None:
+        if now_ms < idle_since_ms:
+            return start
+        tick[IDLE_SINCE] = idle_since_ms
+    if available_now:
+        tick[AVAILABLE_NOW] = True
+    return tick
+
+
+def read_input(now: Sequence[str], before: Sequence[str] | None) -> bool:
+    """Whether a micro-batch had input: a source other than the heartbeat moved its offset
+    from the batch before (``before``: its source lines; ``None`` for none, then any source
+    with an offset counts). ``IdleClock.readInput`` is the JVM engine's."""
+    if before is None:
+        return any(line.strip() != "-" and TICK not in line for line in now)
+    return any(
+        line != was and TICK not in line and TICK not in was
+        for line, was in zip(now, before, strict=False)
+    )
+
+
+def quiet_only(tick: dict[str, Any], *, global_mode: bool) -> bool:
+    """Whether ``tick`` may move clocks only in a micro-batch that read no input: always
+    globally, and with substreams when a ``Trigger.AvailableNow`` run made it."""
+    return global_mode or bool(tick.get(AVAILABLE_NOW))
 
 
 def idle_jump_ms(last_input_ms: int, largest_ms: int, timeout_ms: int) -> int:
@@ -202,19 +231,9 @@ class InputActivity:
             except (OSError, ValueError):
                 break  # being written: read it next time
             sources = entry.sources
-            if self._previous is None:
-                # The first batch read: batch 0 had input if any source has an offset; an
-                # older log's first retained batch counts as input (idleness is then measured
-                # from a later time than the truth, never an earlier one).
-                moved = batch != 0 or any(
-                    line.strip() != "-" and TICK not in line for line in sources
-                )
-            else:
-                moved = any(
-                    now != before and TICK not in now and TICK not in before
-                    for now, before in zip(sources, self._previous, strict=False)
-                )
-            if moved:
+            # The first batch read: an older log's first retained batch counts as input
+            # (idleness is then measured from a later time than the truth, never an earlier).
+            if (self._previous is None and batch != 0) or read_input(sources, self._previous):
                 self.last_input_ms = entry.timestamp_ms or 0
             self._previous = sources
             self._scanned = batch

@@ -18,8 +18,15 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from wmobs.policy._checkpoint import task_batch_times
-from wmobs.policy._idle import TICK, InputActivity, global_synthetic, next_tick
+from wmobs.policy._checkpoint import parse_offsets, task_batch_times, task_micro_batch
+from wmobs.policy._idle import (
+    TICK,
+    InputActivity,
+    global_synthetic,
+    next_tick,
+    quiet_only,
+    read_input,
+)
 from wmobs.policy._storage import Storage
 from wmobs.policy._watermark_source import NamedSource
 
@@ -44,7 +51,15 @@ def _offsets_log(checkpoint: str, storage: Storage) -> InputActivity:
     return InputActivity(names, text)
 
 
-class _Reader(DataSourceStreamReader):
+try:  # PySpark 4.2 on: Trigger.AvailableNow runs Python sources (else one micro-batch)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    _MIXINS: tuple[type, ...] = (SupportsTriggerAvailableNow,)
+except ImportError:  # pragma: no cover - PySpark 4.0 and 4.1
+    _MIXINS = ()
+
+
+class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     def __init__(self, options: dict[str, str]) -> None:
         self.checkpoint = options.get("checkpoint", "")
         self.storage = Storage.decode(options.get("storage", ""))
@@ -56,6 +71,12 @@ class _Reader(DataSourceStreamReader):
         self._activity: InputActivity | None = None
         self._next_refresh = 0
         self._latest: dict[str, Any] | None = None
+        self._available_now_ms: int | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """A ``Trigger.AvailableNow`` run sees the heartbeat as of its start: at most one tick,
+        decided then."""
+        self._available_now_ms = int(time.time() * 1000)
 
     def initialOffset(self) -> dict[str, Any]:
         return {TICK: 0}
@@ -72,7 +93,7 @@ class _Reader(DataSourceStreamReader):
         return self._latest
 
     def _latest_after(self, start: dict[str, Any]) -> dict[str, Any]:
-        now_ms = int(time.time() * 1000)
+        now_ms = self._available_now_ms or int(time.time() * 1000)
         if now_ms - int(start.get(TICK, 0)) < self.interval_ms:
             return start
         idle_since: int | None = None
@@ -87,7 +108,11 @@ class _Reader(DataSourceStreamReader):
                 return start  # no input yet: nothing to close
             idle_since = last_input + self.timeout_ms
         return next_tick(
-            start, now_ms=now_ms, interval_ms=self.interval_ms, idle_since_ms=idle_since
+            start,
+            now_ms=now_ms,
+            interval_ms=self.interval_ms,
+            idle_since_ms=idle_since,
+            available_now=self._available_now_ms is not None,
         )
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
@@ -96,11 +121,17 @@ class _Reader(DataSourceStreamReader):
         return [InputPartition(json.dumps([start, end]))]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int | None, int | None, int]]:
+        start, end = json.loads(partition.value)
+        if quiet_only(end, global_mode=self.mode == "global") and self._read_input():
+            # The query is not idle: a source had input in this very micro-batch (a tick
+            # decided as a restarted query or an AvailableNow run met a backlog). No clock
+            # moves, or the backlog's rows that later micro-batches read would be judged
+            # against it.
+            return
         if self.mode != "global":
             for bucket in range(self.buckets):  # wake every bucket; each decides per key
                 yield (bucket, None, 0)
             return
-        start, end = json.loads(partition.value)
         found = task_batch_times(self.checkpoint, self.storage)
         if found is None:
             return
@@ -113,6 +144,19 @@ class _Reader(DataSourceStreamReader):
         )
         if synthetic is not None:
             yield (None, synthetic[0], synthetic[1])
+
+    def _read_input(self) -> bool:
+        """Whether a source other than the heartbeat moved its offset in the running batch."""
+        task = task_micro_batch(self.checkpoint)
+        if task is None:
+            return False
+        base = task.checkpoint.rstrip("/")
+
+        def sources(batch: int) -> tuple[str, ...]:
+            return parse_offsets(self.storage.read_text(f"{base}/offsets/{batch}")).sources
+
+        before = None if task.batch_id == 0 else sources(task.batch_id - 1)
+        return read_input(sources(task.batch_id), before)
 
 
 class IdleHeartbeatSource(NamedSource):

@@ -109,7 +109,7 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     keys = [F.col(f"`{ctx.column(c)}`") for c in ctx.substream_by or ()]
     keyed = df.withColumn(KEY, F.xxhash64(*keys))
     if ctx.idle:
-        keyed = with_heartbeat(ctx, keyed, None)
+        keyed = with_heartbeat(ctx, keyed, ctx.checkpoint)
     # Partitioned by key bucket before the times and verdicts are computed, so that only
     # the input columns and the key go through the shuffle.
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))

@@ -1,5 +1,7 @@
 package io.wmobs.spark;
 
+import java.util.List;
+
 /**
  * The idle-timeout rule, for one clock ({@code wmobs/policy/_idle.py} is the Python engine's
  * copy; both answer to {@code tests/reference/idle_clock.json}).
@@ -19,7 +21,31 @@ public final class IdleClock {
   /** {@link #advance}: the clock moved at the start of an idle period: one firing. */
   public static final int FIRED = 1;
 
+  /** The key of the heartbeat's offset (the processing time of its tick, ms). */
+  public static final String TICK = "wmobs_idle_tick";
+
   private IdleClock() {}
+
+  /**
+   * Whether a batch had input: a source other than the heartbeat moved its offset from the
+   * batch before ({@code before}; null for none: any source with an offset). {@code
+   * wmobs/policy/_idle.py}'s {@code read_input} is the Python engine's.
+   */
+  public static boolean readInput(List<String> now, List<String> before) {
+    boolean moved = false;
+    if (before == null) {
+      for (String line : now) {
+        moved |= !line.strip().equals("-") && !line.contains(TICK);
+      }
+      return moved;
+    }
+    for (int i = 0; i < Math.min(now.size(), before.size()); i++) {
+      String line = now.get(i);
+      String was = before.get(i);
+      moved |= !line.equals(was) && !line.contains(TICK) && !was.contains(TICK);
+    }
+    return moved;
+  }
 
   /** How far a clock jumps when its idle period starts (ms). */
   public static long jumpMs(long lastInputMs, long largestMs, long timeoutMs) {

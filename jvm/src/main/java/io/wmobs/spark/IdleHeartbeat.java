@@ -31,6 +31,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -57,8 +58,9 @@ import org.apache.spark.util.SerializableConfiguration;
  * out-of-order tolerance), {@code buckets}.
  */
 public final class IdleHeartbeat implements TableProvider {
-  static final String TICK = "wmobs_idle_tick";
+  static final String TICK = IdleClock.TICK;
   static final String IDLE_SINCE = "idle_since";
+  static final String AVAILABLE_NOW = "available_now";
   static final StructType SCHEMA =
       new StructType()
           .add("wmobs_idle_bucket", DataTypes.IntegerType)
@@ -76,21 +78,31 @@ public final class IdleHeartbeat implements TableProvider {
     return new HeartbeatTable();
   }
 
-  /** A tick: when it was (ms), and since when the stream was idle (globally; -1 otherwise). */
+  /**
+   * A tick: when it was (ms), since when the stream was idle (globally; -1 otherwise), and
+   * whether a {@code Trigger.AvailableNow} run made it (it then moves no clock of substreams
+   * in a micro-batch that read input, as a global tick never does; journaled in the offsets
+   * log, so a batch run again decides the same).
+   */
   static final class Tick extends Offset implements Serializable {
     private static final long serialVersionUID = 1L;
     final long tick;
     final long idleSince;
+    final boolean availableNow;
 
-    Tick(long tick, long idleSince) {
+    Tick(long tick, long idleSince, boolean availableNow) {
       this.tick = tick;
       this.idleSince = idleSince;
+      this.availableNow = availableNow;
     }
 
     static Tick parse(String json) {
       try {
         JsonNode node = JSON.readTree(json);
-        return new Tick(node.path(TICK).asLong(0), node.path(IDLE_SINCE).asLong(-1));
+        return new Tick(
+            node.path(TICK).asLong(0),
+            node.path(IDLE_SINCE).asLong(-1),
+            node.path(AVAILABLE_NOW).asBoolean(false));
       } catch (IOException e) {
         throw new UncheckedIOException("wmobs: not a heartbeat offset: " + json, e);
       }
@@ -101,6 +113,9 @@ public final class IdleHeartbeat implements TableProvider {
       ObjectNode node = JSON.createObjectNode().put(TICK, tick);
       if (idleSince >= 0) {
         node.put(IDLE_SINCE, idleSince);
+      }
+      if (availableNow) {
+        node.put(AVAILABLE_NOW, true);
       }
       return node.toString();
     }
@@ -174,10 +189,12 @@ public final class IdleHeartbeat implements TableProvider {
     }
   }
 
-  private static final class Stream implements MicroBatchStream, SupportsAdmissionControl {
+  private static final class Stream implements MicroBatchStream, SupportsTriggerAvailableNow {
     private final Settings settings;
     private final Activity activity;
     private long nextRefresh;
+    /** Under {@code Trigger.AvailableNow}: the time the run started, its one "now"; else -1. */
+    private long availableNowAt = -1;
 
     Stream(Map<String, String> options, String sourceCheckpoint) {
       settings = new Settings(options, sourceCheckpoint);
@@ -186,7 +203,16 @@ public final class IdleHeartbeat implements TableProvider {
 
     @Override
     public Offset initialOffset() {
-      return new Tick(0, -1);
+      return new Tick(0, -1, false);
+    }
+
+    /**
+     * A {@code Trigger.AvailableNow} run sees the heartbeat as of its start: at most one tick,
+     * decided then (without this Spark falls back to a single micro-batch for the whole query).
+     */
+    @Override
+    public void prepareForTriggerAvailableNow() {
+      availableNowAt = System.currentTimeMillis();
     }
 
     @Override
@@ -206,13 +232,14 @@ public final class IdleHeartbeat implements TableProvider {
 
     @Override
     public Offset latestOffset(Offset startOffset, ReadLimit limit) {
-      Tick start = startOffset == null ? new Tick(0, -1) : Tick.parse(startOffset.json());
-      long now = System.currentTimeMillis();
+      Tick start = startOffset == null ? new Tick(0, -1, false) : Tick.parse(startOffset.json());
+      boolean availableNow = availableNowAt >= 0;
+      long now = availableNow ? availableNowAt : System.currentTimeMillis();
       if (now - start.tick < settings.intervalMs) {
         return start;
       }
       if (!settings.global) {
-        return new Tick(now, -1);
+        return new Tick(now, -1, availableNow);
       }
       if (now >= nextRefresh) {
         try {
@@ -226,7 +253,7 @@ public final class IdleHeartbeat implements TableProvider {
         return start; // no input yet: nothing to close
       }
       long idleSince = activity.lastInputMs + settings.timeoutMs;
-      return now < idleSince ? start : new Tick(now, idleSince);
+      return now < idleSince ? start : new Tick(now, idleSince, availableNow);
     }
 
     @Override
@@ -258,7 +285,11 @@ public final class IdleHeartbeat implements TableProvider {
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
       Beat beat = (Beat) partition;
       List<InternalRow> rows = new ArrayList<>();
-      if (!settings.global) {
+      if ((settings.global || beat.end().availableNow) && readInput()) {
+        // The query is not idle: a source had input in this very micro-batch (a tick decided
+        // as a restarted query or an AvailableNow run met a backlog). No clock moves, or the
+        // backlog's rows that later micro-batches read would be judged against it.
+      } else if (!settings.global) {
         for (int bucket = 0; bucket < settings.buckets; bucket++) { // each decides per key
           rows.add(new GenericInternalRow(new Object[] {bucket, null, 0L}));
         }
@@ -286,6 +317,20 @@ public final class IdleHeartbeat implements TableProvider {
       };
     }
 
+    /** Whether a source other than the heartbeat moved its offset in the running batch. */
+    private boolean readInput() {
+      TaskContext task = TaskContext.get();
+      long batch = Long.parseLong(task.getLocalProperty("streaming.sql.batchId"));
+      Configuration hadoop = settings.conf.value().value();
+      try {
+        List<String> now = sources(settings.checkpoint, batch, hadoop);
+        List<String> before = batch == 0 ? null : sources(settings.checkpoint, batch - 1, hadoop);
+        return IdleClock.readInput(now, before);
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+
     /** {system timestamp µs, firings} of the tick's synthetic row, or null: nothing to move. */
     private long[] synthetic(Beat beat) {
       if (beat.end().idleSince < 0) {
@@ -310,6 +355,14 @@ public final class IdleHeartbeat implements TableProvider {
       }
       return new long[] {clock[0], moved == IdleClock.FIRED ? 1 : 0};
     }
+  }
+
+  /** The source lines (one per source, "-" for none) of {@code offsets/<batch>}. */
+  static List<String> sources(String checkpoint, long batch, Configuration hadoop)
+      throws IOException {
+    List<String> lines =
+        BatchTimes.readText(checkpoint + "/offsets/" + batch, hadoop).lines().toList();
+    return lines.subList(Math.min(2, lines.size()), lines.size());
   }
 
   /**
@@ -353,22 +406,8 @@ public final class IdleHeartbeat implements TableProvider {
           break; // being written: read it next time
         }
         List<String> sources = lines.subList(2, lines.size());
-        boolean moved = false;
-        if (previous == null) {
-          // The first batch read: batch 0 had input if any source has an offset; an older
-          // log's first retained batch counts as input.
-          moved = batch != 0;
-          for (String line : sources) {
-            moved |= !line.strip().equals("-") && !line.contains(TICK);
-          }
-        } else {
-          for (int i = 0; i < Math.min(sources.size(), previous.size()); i++) {
-            String now = sources.get(i);
-            String before = previous.get(i);
-            moved |= !now.equals(before) && !now.contains(TICK) && !before.contains(TICK);
-          }
-        }
-        if (moved) {
+        // The first batch read: an older log's first retained batch counts as input.
+        if ((previous == null && batch != 0) || IdleClock.readInput(sources, previous)) {
           lastInputMs = timestamp;
         }
         previous = sources;

@@ -294,6 +294,25 @@ class ReferenceTest {
   }
 
   @Test
+  void batchInput() throws IOException {
+    for (JsonNode c : load("batch_input.json").get("cases")) {
+      List<String> before = null;
+      if (!c.get("before").isNull()) {
+        before = new ArrayList<>();
+        for (JsonNode line : c.get("before")) {
+          before.add(line.asText());
+        }
+      }
+      List<String> now = new ArrayList<>();
+      for (JsonNode line : c.get("now")) {
+        now.add(line.asText());
+      }
+      assertEquals(
+          c.get("read_input").asBoolean(), IdleClock.readInput(now, before), c.get("case").asText());
+    }
+  }
+
+  @Test
   void idleClockTimelines() throws IOException {
     for (JsonNode c : load("idle_clock.json").get("cases")) {
       long timeout = c.get("timeout_ms").asLong();
