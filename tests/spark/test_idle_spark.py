@@ -323,7 +323,15 @@ def test_a_backlog_read_after_a_pause_is_judged_before_an_idle_clock_moves(
     kept = sorted(r.id for r in spark.read.parquet(str(tmp_path / "out")).collect())
     assert kept == [0, 1, 2, 3]
     assert not dead.exists() or not list(dead.rglob("*.parquet"))
-    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [1, 1, 1]
+    # One file per micro-batch (by the file source's offsets: Spark 3.5 counts no input rows
+    # in a micro-batch where the heartbeat read nothing).
+    files = [
+        s
+        for p in query.recentProgress
+        for s in p["sources"]
+        if "FileStreamSource" in s["description"]
+    ]
+    assert [s["startOffset"] != s["endOffset"] for s in files].count(True) == 3
     if trigger == "availableNow":
         before = _watermark_committed(checkpoint)
         time.sleep(1.5)  # idle again, with nothing to read: this run's tick fires
