@@ -631,7 +631,10 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
     with pytest.raises(ValueError, match="event_time: column 'when' is not in the DataFrame"):
         TimePolicy(event_time="when").apply(stream)
-    with pytest.raises(TypeError, match="arrival_time: column 'id' is int, expected timestamp"):
+    with pytest.raises(
+        TypeError,
+        match=r"arrival_time: column 'id' is int, expected timestamp.*F.timestamp_millis",
+    ):
         TimePolicy(arrival_time="id").apply(stream)
     with pytest.raises(TypeError, match="event_time: column 'id' is int"):
         TimePolicy(event_time="id").apply(stream)

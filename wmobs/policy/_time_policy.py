@@ -282,7 +282,13 @@ class TimePolicy:
     # ---- validation -----------------------------------------------------------------------
 
     def _check_columns(self, df: DataFrame) -> None:
-        from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
+        from pyspark.sql.types import (
+            FractionalType,
+            IntegralType,
+            StringType,
+            TimestampNTZType,
+            TimestampType,
+        )
 
         fields = {f.name: f.dataType for f in df.schema.fields}
         if not df.isStreaming:
@@ -300,9 +306,15 @@ class TimePolicy:
                 )
             if not isinstance(fields[column], types):
                 wanted = " or ".join(t.__name__.replace("Type", "").lower() for t in types)
+                hint = ""
+                if isinstance(fields[column], (IntegralType, FractionalType)):
+                    hint = (
+                        "; epoch numbers convert with F.timestamp_millis, F.timestamp_micros "
+                        "or F.timestamp_seconds"
+                    )
                 raise TypeError(
                     f"{argument}: column {column!r} is {fields[column].simpleString()}, "
-                    f"expected {wanted}"
+                    f"expected {wanted}{hint}"
                 )
         for column in self.substream_by or ():
             if column not in fields:
