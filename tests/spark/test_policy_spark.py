@@ -640,6 +640,11 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy(event_time="id").apply(stream)
     with pytest.raises(ValueError, match="substream_by: column 'device' is not"):
         TimePolicy(substream_by=["device"]).apply(stream)
+    nested = stream.select(F.struct("EventTime", "deviceId").alias("payload"))
+    with pytest.raises(
+        ValueError, match=r"withColumn\('EventTime', F.col\('payload.EventTime'\)\)"
+    ):
+        TimePolicy(event_time="payload.EventTime", arrival_time=None).apply(nested)
     tagged = stream.withColumn("tags", F.create_map(F.lit("k"), stream.deviceId))
     with pytest.raises(TypeError, match=r"substream_by: column 'tags' is map<string,string>; a"):
         TimePolicy(substream_by=["deviceId", "tags"]).apply(tagged)

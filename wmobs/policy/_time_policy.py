@@ -302,7 +302,7 @@ class TimePolicy:
             if column not in fields:
                 raise ValueError(
                     f"{argument}: column {column!r} is not in the DataFrame "
-                    f"(columns: {', '.join(fields)})"
+                    f"(columns: {', '.join(fields)}){_nested_hint(column, fields)}"
                 )
             if not isinstance(fields[column], types):
                 wanted = " or ".join(t.__name__.replace("Type", "").lower() for t in types)
@@ -318,7 +318,10 @@ class TimePolicy:
                 )
         for column in self.substream_by or ():
             if column not in fields:
-                raise ValueError(f"substream_by: column {column!r} is not in the DataFrame")
+                raise ValueError(
+                    f"substream_by: column {column!r} is not in the DataFrame"
+                    f"{_nested_hint(column, fields)}"
+                )
             if _has_map(fields[column]):
                 raise TypeError(
                     f"substream_by: column {column!r} is {fields[column].simpleString()}; a key "
@@ -332,6 +335,21 @@ class TimePolicy:
             raise ValueError(
                 f"apply: column {clashes[0]!r} has a name wmobs uses inside the policy; rename it"
             )
+
+
+def _nested_hint(column: str, fields: Mapping[str, Any]) -> str:
+    """A hint for a nested field's path (``payload.ts`` of a struct ``payload``): a policy
+    reads top-level columns."""
+    from pyspark.sql.types import StructType
+
+    head = column.split(".", 1)[0]
+    if "." not in column or not isinstance(fields.get(head), StructType):
+        return ""
+    name = column.rsplit(".", 1)[1]
+    return (
+        f"; a policy reads top-level columns: "
+        f"df.withColumn({name!r}, F.col({column!r})) and pass {name!r}"
+    )
 
 
 def _has_map(data_type: Any) -> bool:
