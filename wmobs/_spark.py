@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from typing import Any
 
-__all__ = ["is_connect", "jvm_exited", "jvm_process"]
+__all__ = ["is_connect", "jvm_exited", "jvm_process", "qualified_path"]
 
 
 def is_connect(spark: Any) -> bool:
@@ -28,3 +30,19 @@ def jvm_process(spark: Any) -> subprocess.Popen[bytes] | None:
     if is_connect(spark):
         return None
     return getattr(getattr(getattr(spark, "_sc", None), "_gateway", None), "proc", None)
+
+
+def qualified_path(spark: Any, path: str) -> str:
+    """``path`` as Spark qualifies a relative ``checkpointLocation`` on the driver (Hadoop's
+    default filesystem and working directory: the driver JVM's for a local one), so that a
+    task on an executor, whose working directory is another, finds the same files. A URI or an
+    absolute path is returned as it is; so is every path of a Spark Connect client, whose
+    server qualifies what it runs (wmobs' extension does the same there)."""
+    if not path or os.path.isabs(path) or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", path):
+        return path
+    if is_connect(spark):
+        return path
+    jvm = spark.sparkContext._jvm
+    hadoop = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    return str(hadoop.getFileSystem(conf).makeQualified(hadoop).toString())

@@ -1,6 +1,7 @@
 """The time policies on ``local-cluster[2,1,1024]``: two executor JVMs, each with its own Python
-workers (the worked example, dead letters, the idle timeout globally and per key), then one
-executor killed mid-stream. Prints what it measured as JSON.
+workers (the worked example, dead letters, the idle timeout globally and per key, the last two
+with paths relative to the driver's working directory), then one executor killed mid-stream.
+Prints what it measured as JSON.
 
 A child process of ``test_cluster.py`` (one process has one Spark master):
 ``python -m tests.spark.cluster_job``.
@@ -89,7 +90,7 @@ def kill_one_executor_mid_stream(
         out = policy.apply(
             stream.option("maxFilesPerTrigger", 1).json(str(source)),
             checkpoint_location=checkpoint,
-            dead_letter=DeadLetter(str(dead)),
+            dead_letter=DeadLetter(dead.name),  # relative: the driver's working directory
         )
         query = (
             out.writeStream.queryName("kill")
@@ -151,7 +152,9 @@ def idle_window_closes(spark: Any, work: Path, *, substreams: bool) -> dict[str,
         substream_by=["device"] if substreams else None,
         name=name,
     )
-    checkpoint = str(work / f"{name}-ckpt")
+    # Relative, as Spark resolves the query's own: against the driver's working directory
+    # (``work``), which is not the executors'.
+    checkpoint = f"{name}-ckpt"
     stream = spark.readStream.schema("ts TIMESTAMP, device STRING, v LONG").json(str(source))
     out = policy.apply(stream, checkpoint_location=checkpoint)
     windows = out.groupBy(F.window("system_timestamp", "3 seconds")).agg(F.count("*").alias("n"))
@@ -194,8 +197,9 @@ def main() -> None:
     if classpath:
         conf |= {"spark.driver.extraClassPath": classpath}
         conf |= {"spark.executor.extraClassPath": classpath}
-    spark = local_spark("wmobs-cluster", master="local-cluster[2,1,1024]", conf=conf)
     work = Path(tempfile.mkdtemp(prefix="wmobs-cluster-"))
+    os.chdir(work)  # the driver's working directory, for the relative paths below
+    spark = local_spark("wmobs-cluster", master="local-cluster[2,1,1024]", conf=conf)
     result: dict[str, Any] = {"master": spark.sparkContext.master, "s3a": bool(classpath)}
     try:
         result["executors"] = len(executor_pids(spark.sparkContext.applicationId))
@@ -210,6 +214,10 @@ def main() -> None:
         result["substreams_exact"] = kept == expected_seconds(SUBSTREAM_EXPECTED)
         result["idle"] = idle_window_closes(spark, work, substreams=False)
         result["idle_substreams"] = idle_window_closes(spark, work, substreams=True)
+        result["relative_paths_under_the_drivers_directory"] = all(
+            (work / path).is_dir()
+            for path in ("c_idle-ckpt/offsets", "c_idle_sub-ckpt/offsets", "c_idle_sub-ckpt/wmobs")
+        )
         bucket = s3.create_bucket("wmobs-cluster")
         checkpoint = f"s3a://{bucket}/kill-ckpt" if classpath else str(work / "kill-ckpt")
         result["kill"] = kill_one_executor_mid_stream(spark, work, 8, checkpoint)

@@ -29,6 +29,9 @@ def test_policies_on_separate_executors_and_an_executor_killed_mid_stream() -> N
         assert idle["windows"] == [[idle["window_start"], 3]]
         assert idle["after_end_plus_timeout"] is True
         assert idle["firings"] >= 1
+    # Relative checkpoint and dead-letter paths, as Spark resolves the query's own: against the
+    # driver's working directory (the executors' tasks failed to find them in theirs before).
+    assert result["relative_paths_under_the_drivers_directory"] is True
     # One executor killed (SIGKILL) mid-stream, Spark's checkpoint on s3a://: the query goes
     # on, nothing lost or doubled.
     assert result["s3a"] is True, "Hadoop's S3A connector is missing (./dev test fetches it)"

@@ -83,6 +83,26 @@ def test_internal_errors_are_logged_and_swallowed(rec: MetricsRecorder) -> None:
     assert rec.value("wmobs_input_rows_total", query="q") == 10
 
 
+def test_only_a_relative_path_is_qualified_and_only_by_a_classic_driver() -> None:
+    """A URI, an absolute path and "" (a named query's checkpoint) are left alone without asking
+    any JVM (here: no session at all); a Connect client's relative path too, for its server to
+    qualify. A classic session's relative path is qualified by Hadoop on the driver: the
+    cluster test."""
+    from types import SimpleNamespace
+
+    from wmobs._spark import qualified_path
+
+    nothing = SimpleNamespace()  # any call into a JVM would fail
+    for path in ("", "/data/ckpt", "s3a://bucket/ckpt", "file:/data/ckpt", "abfss://c@a/x"):
+        assert qualified_path(nothing, path) == path
+
+    class ConnectSession:  # a Spark Connect session's module
+        pass
+
+    ConnectSession.__module__ = "pyspark.sql.connect.session"
+    assert qualified_path(ConnectSession(), "ckpt") == "ckpt"
+
+
 def test_the_jvm_counts_as_exited_only_when_this_process_started_it_and_it_ended() -> None:
     """``Monitor.close`` and the demo skip calls into a JVM that has exited (a SIGTERM to the
     whole process group stops it too): py4j would log each failed call with a traceback."""

@@ -58,10 +58,11 @@ import itertools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from wmobs._spark import qualified_path
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
 from wmobs.policy._durations import Tolerances
@@ -246,6 +247,10 @@ class TimePolicy:
                 "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
             )
         engine = self._engine(df)
+        # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.
+        checkpoint_location = qualified_path(df.sparkSession, checkpoint_location or "") or None
+        if sink is not None and sink.directory is not None:
+            sink = replace(sink, directory=qualified_path(df.sparkSession, sink.directory))
         root = checkpoint_location or _session_checkpoint_root(df)
         if root and not engine.jvm:
             resolved.check(root, "checkpoint_location")

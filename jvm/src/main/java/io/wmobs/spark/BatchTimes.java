@@ -67,7 +67,8 @@ public final class BatchTimes implements Serializable {
   /** The function {@code name}: the watermark if {@code watermark}, else the timestamp. */
   static Expression build(String name, boolean watermark, List<Expression> arguments) {
     Spec.arity(name, arguments, 1);
-    return new Time(new BatchTimes(Spec.text(name, arguments), watermark, Hadoop.sessionConf()), name);
+    String checkpoint = Hadoop.qualified(Spec.text(name, arguments));
+    return new Time(new BatchTimes(checkpoint, watermark, Hadoop.sessionConf()), name);
   }
 
   /** The value for the running task: null for no watermark (yet). */

@@ -80,7 +80,8 @@ public final class DeadLetterWriter implements Serializable {
   private final Broadcast<SerializableConfiguration> conf;
 
   DeadLetterWriter(JsonNode spec, String sparkVersion, Broadcast<SerializableConfiguration> conf) {
-    directory = spec.get("directory").asText().replaceAll("/+$", "");
+    // Built on the driver: a relative directory as Spark resolves the query's checkpoint.
+    directory = Hadoop.qualified(spec.get("directory").asText().replaceAll("/+$", ""));
     JsonNode fields = spec.get("fields");
     int n = fields.size();
     names = new String[n];

@@ -50,6 +50,27 @@ final class Hadoop {
         .broadcast(new SerializableConfiguration(hadoop));
   }
 
+  /**
+   * {@code path} as Spark qualifies a relative {@code checkpointLocation}: against Hadoop's
+   * default filesystem and its working directory (the driver's, for a local one), so that
+   * tasks on executors with working directories of their own find the same files. A URI, an
+   * absolute path and "" (a named query's checkpoint) stay as they are. Called on the driver,
+   * where a function or source is built ({@code wmobs/_spark.py}'s {@code qualified_path} does
+   * the same for a classic session's Python side).
+   */
+  static String qualified(String path) {
+    if (path.isEmpty() || new Path(path).isAbsolute()) {
+      return path;
+    }
+    Path relative = new Path(path);
+    Configuration conf = SparkSession.active().sessionState().newHadoopConf();
+    try {
+      return relative.getFileSystem(conf).makeQualified(relative).toString();
+    } catch (IOException e) {
+      throw new java.io.UncheckedIOException("wmobs: no Hadoop filesystem for " + path, e);
+    }
+  }
+
   /** The query's checkpoint: {@code configured}, or a named query's below the session's root. */
   static String checkpoint(String configured, TaskContext task) {
     if (!configured.isEmpty()) {

@@ -175,7 +175,8 @@ public final class IdleHeartbeat implements TableProvider {
 
     Settings(Map<String, String> options, String sourceCheckpoint) {
       global = !"substreams".equals(options.getOrDefault("mode", "global"));
-      String configured = options.getOrDefault("checkpoint", "").replaceAll("/+$", "");
+      String configured =
+          Hadoop.qualified(options.getOrDefault("checkpoint", "").replaceAll("/+$", ""));
       // Spark gives the source <query checkpoint>/sources/<n>: the query's is two levels up.
       checkpoint =
           configured.isEmpty() ? new Path(sourceCheckpoint).getParent().getParent().toString()

@@ -208,7 +208,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     private final Broadcast<SerializableConfiguration> conf;
 
     Judge(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
-      checkpoint = spec.get("checkpoint").asText();
+      checkpoint = Hadoop.qualified(spec.get("checkpoint").asText()); // built on the driver
       directory = spec.get("directory").asText();
       buckets = spec.get("buckets").asInt();
       rules =
