@@ -229,31 +229,16 @@ def batch_input() -> dict[str, Any]:
     file = '{"logOffset":%d}'
     kafka = '{"clicks":{"0":%d,"1":7}}'
     tick = '{"wmobs_idle_tick":%d,"idle_since":1700000000000}'
+
+    def log(file_offset: int, kafka_offset: int, tick_ms: int) -> list[str]:
+        """The source lines of a query reading a file source and Kafka, with the heartbeat."""
+        return [file % file_offset, kafka % kafka_offset, tick % tick_ms]
+
     cases = [
-        (
-            "nothing moved: a no-data batch",
-            [file % 3, kafka % 5, tick % 1],
-            [file % 3, kafka % 5, tick % 1],
-            False,
-        ),
-        (
-            "only the heartbeat ticked",
-            [file % 3, kafka % 5, tick % 2],
-            [file % 3, kafka % 5, tick % 1],
-            False,
-        ),
-        (
-            "the file source moved",
-            [file % 4, kafka % 5, tick % 1],
-            [file % 3, kafka % 5, tick % 1],
-            True,
-        ),
-        (
-            "Kafka moved as the heartbeat ticked",
-            [file % 3, kafka % 6, tick % 2],
-            [file % 3, kafka % 5, tick % 1],
-            True,
-        ),
+        ("nothing moved: a no-data batch", log(3, 5, 1), log(3, 5, 1), False),
+        ("only the heartbeat ticked", log(3, 5, 2), log(3, 5, 1), False),
+        ("the file source moved", log(4, 5, 1), log(3, 5, 1), True),
+        ("Kafka moved as the heartbeat ticked", log(3, 6, 2), log(3, 5, 1), True),
         ("a source with no offset before", [file % 0, "-", tick % 1], ["-", "-", tick % 1], True),
         ("first batch, a source with an offset", [file % 0, "-", tick % 1], None, True),
         ("first batch, only the heartbeat", ["-", "-", tick % 1], None, False),
