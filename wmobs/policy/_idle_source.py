@@ -150,10 +150,10 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         task = task_micro_batch(self.checkpoint)
         if task is None:
             return False
-        base = task.checkpoint.rstrip("/")
+        log = _offsets_log(task.checkpoint, self.storage)
 
         def sources(batch: int) -> tuple[str, ...]:
-            return parse_offsets(self.storage.read_text(f"{base}/offsets/{batch}")).sources
+            return parse_offsets(log.read_text(batch)).sources
 
         before = None if task.batch_id == 0 else sources(task.batch_id - 1)
         return read_input(sources(task.batch_id), before)

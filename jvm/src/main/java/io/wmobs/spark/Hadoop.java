@@ -59,10 +59,13 @@ final class Hadoop {
    * the same for a classic session's Python side).
    */
   static String qualified(String path) {
-    if (path.isEmpty() || new Path(path).isAbsolute()) {
+    if (path.isEmpty()) {
       return path;
     }
     Path relative = new Path(path);
+    if (relative.isAbsolute()) {
+      return path;
+    }
     Configuration conf = SparkSession.active().sessionState().newHadoopConf();
     try {
       return relative.getFileSystem(conf).makeQualified(relative).toString();
