@@ -1,4 +1,4 @@
-"""What kind of session a user passed: the one fact both halves ask of a session."""
+"""What kind of session a user passed, and where its driver resolves a relative path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import re
 import subprocess
 from typing import Any
 
-__all__ = ["is_connect", "jvm_exited", "jvm_process", "qualified_path"]
+__all__ = [
+    "is_connect",
+    "is_relative",
+    "jvm_exited",
+    "jvm_process",
+    "qualified_path",
+    "working_directory",
+]
+
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*:"
+"""How a URI begins (``s3a:``, ``file:``, ``dbfs:``)."""
 
 
 def is_connect(spark: Any) -> bool:
@@ -38,11 +48,27 @@ def qualified_path(spark: Any, path: str) -> str:
     task on an executor, whose working directory is another, finds the same files. A URI or an
     absolute path is returned as it is; so is every path of a Spark Connect client, whose
     server qualifies what it runs (wmobs' extension does the same there)."""
-    if not path or os.path.isabs(path) or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", path):
-        return path
-    if is_connect(spark):
+    if not is_relative(path) or is_connect(spark):
         return path
     jvm = spark.sparkContext._jvm
     hadoop = jvm.org.apache.hadoop.fs.Path(path)
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     return str(hadoop.getFileSystem(conf).makeQualified(hadoop).toString())
+
+
+def is_relative(path: str) -> bool:
+    """True for a relative path: not "", not absolute, not a URI (``s3a://``, ``dbfs:/``)."""
+    return bool(path) and not os.path.isabs(path) and not re.match(_SCHEME, path)
+
+
+def working_directory(spark: Any) -> str:
+    """Where the driver resolves a relative path (Hadoop's default filesystem's working
+    directory: the driver JVM's for a local one), qualified; "" for a Spark Connect client.
+    A task resolves a named query's relative session checkpoint root against it, as Spark
+    resolves that root on the driver."""
+    if is_connect(spark):
+        return ""
+    jvm = spark.sparkContext._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(conf)
+    return str(fs.makeQualified(fs.getWorkingDirectory()).toString())

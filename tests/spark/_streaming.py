@@ -85,22 +85,24 @@ def engines(spark: Any) -> list[str]:
 def start_kept(
     judged: Any,
     name: str,
-    checkpoint: str,
+    checkpoint: str | None,
     *,
     parquet: str | None = None,
     trigger: dict[str, Any] | None = None,
 ) -> Any:
     """The worked example's output of a policy: each kept row's ``id`` and its system time in
     seconds (``system``), to the memory sink ``name`` (or Parquet files at ``parquet``),
-    every 100 ms unless ``trigger`` says otherwise."""
+    every 100 ms unless ``trigger`` says otherwise; without ``checkpoint``, below the session's
+    checkpoint root."""
     from pyspark.sql import functions as F
 
     writer = (
         judged.select("id", F.unix_seconds("system_timestamp").alias("system"))
         .writeStream.queryName(name)
-        .option("checkpointLocation", checkpoint)
         .trigger(**(trigger or {"processingTime": "100 milliseconds"}))
     )
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", checkpoint)
     if parquet is None:
         return writer.format("memory").start()
     return writer.format("parquet").start(parquet)

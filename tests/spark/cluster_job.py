@@ -25,7 +25,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
 from tests.object_store import hadoop_aws_jars, s3a_conf, start_s3_server
-from tests.spark._streaming import wait_until, write_rows
+from tests.spark._streaming import engines, wait_until, write_rows
 from tests.spark.test_policy_spark import (
     GLOBAL_EXPECTED,
     SUBSTREAM_EXPECTED,
@@ -208,15 +208,28 @@ def main() -> None:
         kept, counts, _ = run_policy(spark, TimePolicy(**WORKED), work / "in", work, "c_global")
         result["global_exact"] = kept == expected_seconds(GLOBAL_EXPECTED)
         result["global_counts"] = {f"{p}:{a}": v for (p, a), v in counts.items() if v}
+        # Named queries, their checkpoints below a relative session root: as Spark resolves it,
+        # against the driver's working directory.
+        spark.conf.set("spark.sql.streaming.checkpointLocation", "roots")
         write_rows(work / "sub", "all", worked_rows())
         policy = TimePolicy(**WORKED, substream_by=["deviceId"], name="c_sub")
-        kept, counts, _ = run_policy(spark, policy, work / "sub", work, "c_sub")
+        kept, counts, _ = run_policy(spark, policy, work / "sub", work, "c_sub", by_name=True)
         result["substreams_exact"] = kept == expected_seconds(SUBSTREAM_EXPECTED)
+        if "python" in engines(spark):
+            policy = TimePolicy(**WORKED, name="c_py", engine="python")
+            kept, _, _ = run_policy(spark, policy, work / "in", work, "c_py", by_name=True)
+            result["python_global_exact"] = kept == expected_seconds(GLOBAL_EXPECTED)
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
         result["idle"] = idle_window_closes(spark, work, substreams=False)
         result["idle_substreams"] = idle_window_closes(spark, work, substreams=True)
         result["relative_paths_under_the_drivers_directory"] = all(
             (work / path).is_dir()
-            for path in ("c_idle-ckpt/offsets", "c_idle_sub-ckpt/offsets", "c_idle_sub-ckpt/wmobs")
+            for path in (
+                "c_idle-ckpt/offsets",
+                "c_idle_sub-ckpt/offsets",
+                "c_idle_sub-ckpt/wmobs",
+                "roots/c_sub/wmobs",
+            )
         )
         bucket = s3.create_bucket("wmobs-cluster")
         checkpoint = f"s3a://{bucket}/kill-ckpt" if classpath else str(work / "kill-ckpt")

@@ -69,12 +69,15 @@ def run_policy(
     schema: str = SCHEMA,
     files_per_trigger: int = 1,
     parquet: Path | None = None,
+    by_name: bool = False,
 ) -> tuple[dict[int, int | None], dict[tuple[str, str], int], Any]:
     """Run ``policy`` over ``source``: (id -> system seconds, policy counts, progress).
-    The memory sink, or with ``parquet`` a Parquet sink there (which a restart can resume)."""
+    The memory sink, or with ``parquet`` a Parquet sink there (which a restart can resume).
+    ``by_name``: no checkpoint location given, the query's is found by its name below the
+    session's ``spark.sql.streaming.checkpointLocation``."""
 
     reader = InMemoryMetricReader()
-    checkpoint = str(work / f"ckpt-{name}")
+    checkpoint = None if by_name else str(work / f"ckpt-{name}")
     with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
         df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger)
         out = policy.apply(df.json(str(source)), checkpoint_location=checkpoint)

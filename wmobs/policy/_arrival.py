@@ -159,6 +159,7 @@ def _join_batch_times(ctx: Context, df: DataFrame) -> DataFrame:
     source = (
         spark.read.format(SOURCE_NAME)
         .option("checkpoint", ctx.checkpoint or "")
+        .option("relative_to", ctx.relative_to)
         .option("storage", ctx.storage.encode())
         .load()
     )

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from wmobs._spark import is_relative
 from wmobs.policy._storage import Storage
 
 __all__ = [
@@ -134,14 +135,19 @@ def task_batch_id() -> int | None:
     return None if batch is None else int(batch)
 
 
-def _resolve_checkpoint(configured: str, props: dict[str, Any]) -> str:
+def _resolve_checkpoint(configured: str, props: dict[str, Any], relative_to: str) -> str:
+    """``configured``, or a named query's below the session's root; a relative root against
+    ``relative_to``, the driver's working directory (where Spark resolved it), not the task's.
+    """
     if configured:
         return configured
-    root = props.get("spark.sql.streaming.checkpointLocation")
+    root = str(props.get("spark.sql.streaming.checkpointLocation") or "").rstrip("/")
     description = props.get("spark.job.description") or ""
     name = description.split("\n", 1)[0].strip()
     if root and name and not name.startswith("id = "):
-        return f"{str(root).rstrip('/')}/{name}"
+        if relative_to and is_relative(root):
+            root = f"{relative_to.rstrip('/')}/{root}"
+        return f"{root}/{name}"
     raise CheckpointNotFoundError(
         f"wmobs TimePolicy needs the query's checkpoint location to read the batch watermark. "
         f"{_HINT}"
@@ -156,24 +162,24 @@ class TaskMicroBatch(NamedTuple):
     query_id: str | None
 
 
-def task_micro_batch(configured_checkpoint: str) -> TaskMicroBatch | None:
+def task_micro_batch(configured_checkpoint: str, relative_to: str = "") -> TaskMicroBatch | None:
     """Inside a Spark task of a micro-batch: which one, and the query's checkpoint (the
-    configured one, or found for a named query); ``None`` outside a streaming micro-batch
-    (e.g. ``df.explain``)."""
+    configured one, or found for a named query, a relative session root against
+    ``relative_to``); ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
     props = _task_properties()
     batch = props.get("streaming.sql.batchId")
     if batch is None:
         return None
-    checkpoint = _resolve_checkpoint(configured_checkpoint, props)
+    checkpoint = _resolve_checkpoint(configured_checkpoint, props, relative_to)
     return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))
 
 
 def task_batch_times(
-    configured_checkpoint: str, storage: Storage | None = None
+    configured_checkpoint: str, storage: Storage | None = None, relative_to: str = ""
 ) -> BatchTimes | None:
     """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
     ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
-    task = task_micro_batch(configured_checkpoint)
+    task = task_micro_batch(configured_checkpoint, relative_to)
     if task is None:
         return None
     return read_batch_times(task.checkpoint, task.batch_id, task.query_id, storage)

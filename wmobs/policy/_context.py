@@ -38,6 +38,9 @@ class Context:
     engine: Engine
     renamed: dict[str, str] = field(default_factory=dict)
     """Input columns with a ``.`` in their name -> their name inside the plan."""
+    relative_to: str = ""
+    """Without ``checkpoint`` (a named query's, below the session's root): the driver's working
+    directory, against which a task resolves a relative root as Spark did on the driver."""
 
     @property
     def observation_name(self) -> str:

@@ -54,6 +54,7 @@ def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFra
         spark.readStream.format(source)
         .option("mode", "substreams" if substreams else "global")
         .option("checkpoint", checkpoint or "")
+        .option("relative_to", ctx.relative_to)
         .option("storage", ctx.storage.encode())
         .option("timeout_ms", str(timeout_ms))
         .option("interval_ms", str(interval_ms))

@@ -62,6 +62,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0 and 4.1
 class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     def __init__(self, options: dict[str, str]) -> None:
         self.checkpoint = options.get("checkpoint", "")
+        self.relative_to = options.get("relative_to", "")
         self.storage = Storage.decode(options.get("storage", ""))
         self.mode = options.get("mode", "global")
         self.timeout_ms = int(options["timeout_ms"])
@@ -132,7 +133,7 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
             for bucket in range(self.buckets):  # wake every bucket; each decides per key
                 yield (bucket, None, 0)
             return
-        found = task_batch_times(self.checkpoint, self.storage)
+        found = task_batch_times(self.checkpoint, self.storage, self.relative_to)
         if found is None:
             return
         synthetic = global_synthetic(
@@ -147,7 +148,7 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
 
     def _read_input(self) -> bool:
         """Whether a source other than the heartbeat moved its offset in the running batch."""
-        task = task_micro_batch(self.checkpoint)
+        task = task_micro_batch(self.checkpoint, self.relative_to)
         if task is None:
             return False
         log = _offsets_log(task.checkpoint, self.storage)

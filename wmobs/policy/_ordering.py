@@ -155,6 +155,7 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
             fastest=FASTEST,
         ),
         checkpoint=ctx.checkpoint or "",
+        relative_to=ctx.relative_to,
         directory=spec["directory"],
         storage=ctx.storage,
     )

@@ -52,13 +52,15 @@ def substream_stage(
     *,
     checkpoint: str,
     directory: str,
+    relative_to: str = "",
     storage: Storage | None = None,
     clock: Callable[[], float] | None = None,
     batch_id: Callable[[], int | None] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function over rows partitioned by key bucket.
 
-    Each task reads the state of its buckets from ``<checkpoint>/<directory>``
+    Each task reads the state of its buckets from ``<checkpoint>/<directory>`` (a named
+    query's: below the session's root, a relative one against ``relative_to``)
     (:class:`StateStore`), judges all its rows at once (:func:`judge_partition`), writes the
     state back and yields the rows' ``columns.output`` with ``columns.ts`` and
     ``columns.verdict`` replaced. With
@@ -99,7 +101,7 @@ def substream_stage(
                 beats = None
         real = slice(None) if beats is None else ~beats
 
-        where = _micro_batch(checkpoint, batch_id)
+        where = _micro_batch(checkpoint, relative_to, batch_id)
         store = (
             None if where is None else StateStore(f"{where[1].rstrip('/')}/{directory}", storage)
         )
@@ -203,7 +205,7 @@ def _synthetic_row(
 
 
 def _micro_batch(
-    checkpoint: str, batch_id: Callable[[], int | None] | None
+    checkpoint: str, relative_to: str, batch_id: Callable[[], int | None] | None
 ) -> tuple[int, str] | None:
     """``(micro-batch id, the query's checkpoint)`` of the running task (or as the tests say);
     ``None`` outside a micro-batch."""
@@ -211,5 +213,5 @@ def _micro_batch(
         batch = batch_id()
         return None if batch is None else (batch, checkpoint)
 
-    task = task_micro_batch(checkpoint)
+    task = task_micro_batch(checkpoint, relative_to)
     return None if task is None else (task.batch_id, task.checkpoint)

@@ -30,13 +30,14 @@ SCHEMA = "wmobs_batch_id LONG, wmobs_watermark_ms LONG, wmobs_batch_time_ms LONG
 class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.checkpoint = options.get("checkpoint", "")
+        self.relative_to = options.get("relative_to", "")
         self.storage = Storage.decode(options.get("storage", ""))
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None, int | None]]:
-        found = task_batch_times(self.checkpoint, self.storage)
+        found = task_batch_times(self.checkpoint, self.storage, self.relative_to)
         yield (-1, None, None) if found is None else found
 
 

@@ -48,7 +48,7 @@ public final class BatchTimes implements Serializable {
   /** (checkpoint, batch id, query id) -> {watermark or Long.MIN_VALUE for none, timestamp}. */
   private static final Map<String, long[]> READ = new ConcurrentHashMap<>();
 
-  private final String checkpoint;
+  private final Hadoop.Checkpoint checkpoint;
   private final boolean watermark;
   /** The session's Hadoop configuration, broadcast once: every executor fetches it once. */
   private final Broadcast<SerializableConfiguration> conf;
@@ -58,7 +58,7 @@ public final class BatchTimes implements Serializable {
   private transient long taskAttempt;
   private transient Long value;
 
-  BatchTimes(String checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
+  BatchTimes(Hadoop.Checkpoint checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
     this.checkpoint = checkpoint;
     this.watermark = watermark;
     this.conf = conf;
@@ -67,7 +67,7 @@ public final class BatchTimes implements Serializable {
   /** The function {@code name}: the watermark if {@code watermark}, else the timestamp. */
   static Expression build(String name, boolean watermark, List<Expression> arguments) {
     Spec.arity(name, arguments, 1);
-    String checkpoint = Hadoop.qualified(Spec.text(name, arguments));
+    Hadoop.Checkpoint checkpoint = Hadoop.Checkpoint.onDriver(Spec.text(name, arguments));
     return new Time(new BatchTimes(checkpoint, watermark, Hadoop.sessionConf()), name);
   }
 
@@ -98,16 +98,17 @@ public final class BatchTimes implements Serializable {
 
   /**
    * The running micro-batch's {watermark, timestamp} (ms; {@code Long.MIN_VALUE} for none),
-   * read once per executor from {@code offsets/<batchId>} of the query's checkpoint ({@code
-   * configured}, or "" for a named query's), which must be the running query's.
+   * read once per executor from {@code offsets/<batchId>} of the query's {@code checkpoint},
+   * which must be the running query's.
    */
-  static long[] of(String configured, TaskContext task, Configuration hadoop) throws IOException {
+  static long[] of(Hadoop.Checkpoint checkpoint, TaskContext task, Configuration hadoop)
+      throws IOException {
     String batch = task.getLocalProperty("streaming.sql.batchId");
     if (batch == null) {
       throw new IllegalStateException(
           "wmobs: the batch watermark is only known inside a streaming micro-batch");
     }
-    String base = Hadoop.checkpoint(configured, task);
+    String base = checkpoint.in(task);
     String queryId = task.getLocalProperty("sql.streaming.queryId");
     String key = base + "\n" + batch + "\n" + queryId; // checked once per key
     long[] times = READ.get(key);

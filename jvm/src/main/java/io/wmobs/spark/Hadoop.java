@@ -74,20 +74,54 @@ final class Hadoop {
     }
   }
 
-  /** The query's checkpoint: {@code configured}, or a named query's below the session's root. */
-  static String checkpoint(String configured, TaskContext task) {
-    if (!configured.isEmpty()) {
-      return configured.replaceAll("/+$", "");
+  /** True for a relative path: not "", not absolute, not a URI. */
+  private static boolean relative(String path) {
+    return !path.isEmpty() && !new Path(path).isAbsolute();
+  }
+
+  /**
+   * Where a task finds the query's checkpoint: {@code configured}, or for a named query ("")
+   * below the session's root, which Spark gives every task as a local property; a relative
+   * root resolved against {@code relativeTo}, the driver's working directory, as Spark resolved
+   * it on the driver (a task's own working directory is another on a cluster). Mirrors {@code
+   * _checkpoint._resolve_checkpoint}.
+   */
+  record Checkpoint(String configured, String relativeTo) implements java.io.Serializable {
+    /** Built on the driver, where a function is built: a relative path qualified there. */
+    static Checkpoint onDriver(String path) {
+      String configured = qualified(path.replaceAll("/+$", ""));
+      if (!configured.isEmpty()) {
+        return new Checkpoint(configured, "");
+      }
+      SparkSession spark = SparkSession.active();
+      if (!relative(spark.conf().get("spark.sql.streaming.checkpointLocation", ""))) {
+        return new Checkpoint("", "");
+      }
+      try {
+        FileSystem fs = FileSystem.get(spark.sessionState().newHadoopConf());
+        return new Checkpoint("", fs.makeQualified(fs.getWorkingDirectory()).toString());
+      } catch (IOException e) {
+        throw new java.io.UncheckedIOException("wmobs: no default Hadoop filesystem", e);
+      }
     }
-    String root = task.getLocalProperty("spark.sql.streaming.checkpointLocation");
-    String description = task.getLocalProperty("spark.job.description");
-    String name = description == null ? "" : description.split("\n", 2)[0].trim();
-    if (root != null && !root.isEmpty() && !name.isEmpty() && !name.startsWith("id = ")) {
-      return root.replaceAll("/+$", "") + "/" + name;
+
+    /** The checkpoint of the query whose task this is. */
+    String in(TaskContext task) {
+      if (!configured.isEmpty()) {
+        return configured;
+      }
+      String root = task.getLocalProperty("spark.sql.streaming.checkpointLocation");
+      root = root == null ? "" : root.replaceAll("/+$", "");
+      String description = task.getLocalProperty("spark.job.description");
+      String name = description == null ? "" : description.split("\n", 2)[0].trim();
+      if (!root.isEmpty() && !name.isEmpty() && !name.startsWith("id = ")) {
+        boolean against = !relativeTo.isEmpty() && relative(root);
+        return (against ? relativeTo.replaceAll("/+$", "") + "/" + root : root) + "/" + name;
+      }
+      throw new IllegalStateException(
+          "wmobs TimePolicy needs the query's checkpoint location to read the batch watermark. "
+              + HINT);
     }
-    throw new IllegalStateException(
-        "wmobs TimePolicy needs the query's checkpoint location to read the batch watermark. "
-            + HINT);
   }
 
   /** A file of a listing: its name and when it was last modified (ms). */

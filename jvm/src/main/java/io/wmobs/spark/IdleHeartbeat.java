@@ -338,7 +338,11 @@ public final class IdleHeartbeat implements TableProvider {
       }
       long[] times;
       try {
-        times = BatchTimes.of(settings.checkpoint, TaskContext.get(), settings.conf.value().value());
+        times =
+            BatchTimes.of(
+                new Hadoop.Checkpoint(settings.checkpoint, ""),
+                TaskContext.get(),
+                settings.conf.value().value());
       } catch (IOException e) {
         throw new UncheckedIOException(e);
       }

@@ -192,7 +192,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
   /** One policy's spec, and what a task does with its partition. */
   static final class Judge implements Serializable {
     private static final long serialVersionUID = 1L;
-    private final String checkpoint;
+    private final Hadoop.Checkpoint checkpoint;
     private final String directory;
     private final int buckets;
     private final SubstreamRules rules;
@@ -208,7 +208,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
     private final Broadcast<SerializableConfiguration> conf;
 
     Judge(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
-      checkpoint = Hadoop.qualified(spec.get("checkpoint").asText()); // built on the driver
+      checkpoint = Hadoop.Checkpoint.onDriver(spec.get("checkpoint").asText()); // on the driver
       directory = spec.get("directory").asText();
       buckets = spec.get("buckets").asInt();
       rules =
@@ -318,7 +318,7 @@ public final class SubstreamGenerator extends WmobsGenerator implements Serializ
         String batch = task == null ? null : task.getLocalProperty("streaming.sql.batchId");
         if (batch != null) {
           batchId = Long.parseLong(batch);
-          String root = Hadoop.checkpoint(checkpoint, task) + "/" + directory;
+          String root = checkpoint.in(task) + "/" + directory;
           store = new SubstreamState(root, buckets, conf.value().value());
         } else {
           batchId = -1;
