@@ -90,7 +90,7 @@ def test_only_a_relative_path_is_qualified_and_only_by_a_classic_driver() -> Non
     cluster test."""
     from types import SimpleNamespace
 
-    from wmobs._spark import qualified_path
+    from wmobs._spark import qualified_path, working_directory
 
     nothing = SimpleNamespace()  # any call into a JVM would fail
     for path in ("", "/data/ckpt", "s3a://bucket/ckpt", "file:/data/ckpt", "abfss://c@a/x"):
@@ -101,6 +101,7 @@ def test_only_a_relative_path_is_qualified_and_only_by_a_classic_driver() -> Non
 
     ConnectSession.__module__ = "pyspark.sql.connect.session"
     assert qualified_path(ConnectSession(), "ckpt") == "ckpt"
+    assert working_directory(ConnectSession()) == ""  # its server's is not the client's
 
 
 def test_the_jvm_counts_as_exited_only_when_this_process_started_it_and_it_ended() -> None:

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from wmobs._spark import is_relative, qualified_path, working_directory
+from wmobs._spark import qualified_path, working_directory
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
 from wmobs.policy._durations import Tolerances
@@ -88,14 +88,6 @@ def _session_checkpoint_root(df: DataFrame) -> str | None:
     except Exception:  # a Connect session that cannot answer: the first batch will tell
         return None
     return str(value) if value else None
-
-
-def _relative_to(df: DataFrame, engine: Engine, checkpoint: str | None, root: str | None) -> str:
-    """For the Python engine's tasks, the driver's working directory where a named query's
-    checkpoint is below a relative session root (the JVM engine finds it on the driver)."""
-    if engine.jvm or checkpoint or not is_relative(root or ""):
-        return ""
-    return working_directory(df.sparkSession)
 
 
 def _action(value: str, argument: str) -> str:
@@ -279,7 +271,9 @@ class TimePolicy:
             storage=resolved,
             engine=engine,
             renamed=dotted_names(df.columns),
-            relative_to=_relative_to(df, engine, checkpoint_location, root),
+            relative_to=""
+            if checkpoint_location or engine.jvm
+            else working_directory(df.sparkSession),
         )
         return build(ctx, df, sink)
 

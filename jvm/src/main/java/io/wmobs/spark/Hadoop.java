@@ -93,12 +93,8 @@ final class Hadoop {
       if (!configured.isEmpty()) {
         return new Checkpoint(configured, "");
       }
-      SparkSession spark = SparkSession.active();
-      if (!relative(spark.conf().get("spark.sql.streaming.checkpointLocation", ""))) {
-        return new Checkpoint("", "");
-      }
-      try {
-        FileSystem fs = FileSystem.get(spark.sessionState().newHadoopConf());
+      try { // (the session's root may be set after the DataFrame was analysed: not looked at)
+        FileSystem fs = FileSystem.get(SparkSession.active().sessionState().newHadoopConf());
         return new Checkpoint("", fs.makeQualified(fs.getWorkingDirectory()).toString());
       } catch (IOException e) {
         throw new java.io.UncheckedIOException("wmobs: no default Hadoop filesystem", e);
