@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def print_batch(snap: QuerySnapshot, batch: BatchSummary) -> None:
         print(_summary_line(snap, batch, time.time()), flush=True)
+        if batch.output_rows and source.idle:
+            closed = batch.output_rows
+            print(f"windows closed while the source is idle (idle timeout): {closed}", flush=True)
 
     monitor = wmobs.attach(
         spark, prometheus_port=args.port, prometheus_addr=args.addr, on_progress=print_batch
@@ -287,20 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wmobs demo: dead letters in {workdir / 'dead-letters'}", flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
-    emitted = 0
     try:
-        while not stop.is_set() and query.isActive:
+        # No call into Spark's JVM while the demo runs (the listener tells it what happens): a
+        # SIGTERM to the process group stops the JVM too, and a call it interrupted would fail.
+        while not stop.wait(0.5):
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            if stop.wait(0.5):
+            snap = monitor.snapshot(QUERY_NAME)
+            if snap is not None and not snap.active:
                 break
-            count = spark.sql(f"SELECT count(*) FROM {QUERY_NAME}").first()[0]
-            if count > emitted and source.idle:
-                print(
-                    f"windows closed while the source is idle (idle timeout): {count - emitted}",
-                    flush=True,
-                )
-            emitted = count
         if not stop.is_set() and query.exception() is not None:
             print(f"query failed: {query.exception()}", file=sys.stderr)
             return 1

@@ -68,13 +68,15 @@ def progress_json(
     observed: Mapping[str, Mapping[str, Any]] | None = None,
     heartbeat_rows: int = 0,
     kafka_backlog: int | None = None,
+    output_rows: int = 0,
 ) -> dict[str, Any]:
     """A progress event body as Spark's ``StreamingQueryProgress.json`` has it.
 
     ``rows`` are input rows; ``heartbeat_rows`` adds the source of an idle-timeout policy with
     that many rows (Spark counts them in ``numInputRows``; wmobs does not). ``kafka_backlog``
     makes the source Kafka's (``KafkaV2[Subscribe[events]]``), with that
-    ``maxOffsetsBehindLatest``.
+    ``maxOffsetsBehindLatest``. ``output_rows``: the sink's ``numOutputRows`` (-1: a sink that
+    does not count).
 
     ``watermark=None`` leaves ``eventTime`` out entirely (a query without a watermark);
     ``watermark=0`` gives Spark's "no watermark yet" epoch. ``id`` defaults to a UUID derived
@@ -121,7 +123,7 @@ def progress_json(
                 },
             }
         ],
-        "sink": {"description": "MemorySink", "numOutputRows": 0, "metrics": {}},
+        "sink": {"description": "MemorySink", "numOutputRows": output_rows, "metrics": {}},
     }
     if heartbeat_rows:
         tick = int(started * 1000)

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.spark
 def test_demo_serves_metrics_and_stops_on_a_signal(stop: str) -> None:
     """The signal goes to the demo's whole process group, as a terminal's Ctrl-C (SIGINT,
     which Spark's JVM ignores) and ``timeout`` or systemd (SIGTERM, which stops the JVM too)
-    send it: either way the demo stops with its last line and no traceback."""
+    send it: either way the demo stops with its last line and no traceback. (The demo makes no
+    call into Spark's JVM while it runs: one that the SIGTERM interrupted failed with a
+    traceback.)"""
     proc = subprocess.Popen(
         [sys.executable, "-m", "wmobs", "demo", "--port", "0", "--idle-every", "0",
          "--rate", "100", "--trigger", "1 second", "--duration", "300"],
@@ -46,11 +48,11 @@ def test_demo_serves_metrics_and_stops_on_a_signal(stop: str) -> None:
             try:
                 line = lines.get(timeout=1)
             except queue.Empty:
-                assert proc.poll() is None, "the demo exited early"
+                assert proc.poll() is None, "the demo exited early:\n" + "".join(seen)[-5000:]
                 continue
             if match := re.search(pattern, line):
                 return match
-        raise AssertionError(f"no line matching {pattern!r}")
+        raise AssertionError(f"no line matching {pattern!r}:\n" + "".join(seen)[-5000:])
 
     try:
         url = next_line(r"metrics at (http://127\.0\.0\.1:\d+/metrics)").group(1)
@@ -81,10 +83,11 @@ def test_the_demo_runs_past_a_minute_without_a_traceback() -> None:
     demo: PySpark stops a Python worker that has been idle for a minute, and the worker's
     daemon then fails to flush into the closed socket. On the JVM engine the demo's query runs
     no Python worker at all (the batch's times, the counts, the idle heartbeat and the Parquet
-    dead letters are the extension's), so there is none to stop."""
+    dead letters are the extension's), so there is none to stop. Its idle gaps are long enough
+    for the idle timeout to close windows while no data comes."""
     done = subprocess.run(
         [sys.executable, "-m", "wmobs", "demo", "--port", "0", "--idle-every", "30",
-         "--idle-for", "10", "--rate", "100", "--trigger", "1 second", "--duration", "80"],
+         "--idle-for", "20", "--rate", "100", "--trigger", "1 second", "--duration", "80"],
         capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )  # fmt: skip
@@ -92,4 +95,8 @@ def test_the_demo_runs_past_a_minute_without_a_traceback() -> None:
     assert done.returncode == 0, output[-5000:]
     assert "Traceback" not in output and "Error" not in output, output[-5000:]
     assert re.search(r"idle-firings [1-9]", done.stdout), done.stdout[-2000:]
+    closed = re.findall(
+        r"windows closed while the source is idle \(idle timeout\): (\d+)", done.stdout
+    )
+    assert closed and all(int(n) > 0 for n in closed), done.stdout[-2000:]
     assert "engine=jvm" in done.stderr

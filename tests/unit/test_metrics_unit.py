@@ -585,3 +585,12 @@ def test_a_negative_retention_is_an_error() -> None:
 
     with pytest.raises(ValueError, match="terminated_retention: must not be negative"):
         wmobs.attach(object(), terminated_retention=timedelta(seconds=-1))
+
+
+def test_a_batch_summary_says_what_the_sink_wrote(rec: MetricsRecorder) -> None:
+    """``on_progress`` callbacks learn the rows the sink wrote without asking Spark (the demo
+    prints the windows an idle timeout closed from it); a sink that does not count says -1."""
+    written = rec.tracker.on_progress(progress_json(batch_id=0, output_rows=7))
+    assert written.output_rows == 7
+    uncounted = rec.tracker.on_progress(progress_json(batch_id=1, output_rows=-1))
+    assert uncounted.output_rows is None

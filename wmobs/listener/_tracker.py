@@ -164,6 +164,15 @@ class BatchSummary:
     replayed: bool = False
     """The micro-batch ran before (a restart re-running it): its counts were not added
     again."""
+    output_rows: int | None = None
+    """Rows the sink wrote (the progress event's ``sink.numOutputRows``); ``None`` where the
+    sink does not say."""
+
+
+def _output_rows(progress: Mapping[str, Any]) -> int | None:
+    """The sink's ``numOutputRows``; ``None`` for a sink that does not count (Spark's -1)."""
+    written = (progress.get("sink") or {}).get("numOutputRows")
+    return None if written is None or int(written) < 0 else int(written)
 
 
 def _heartbeat_rows(progress: Mapping[str, Any]) -> int:
@@ -405,6 +414,7 @@ class Tracker:
             rows_dropped_by_watermark=dropped_total,
             unknown_columns=tuple(observed.unknown_columns),
             replayed=replayed,
+            output_rows=_output_rows(progress),
         )
 
     def on_idle(self, query_id: str) -> str | None:
