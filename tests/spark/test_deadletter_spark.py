@@ -152,6 +152,48 @@ def test_conservation_across_restart(
     assert snap.input_rows == rows_in
 
 
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_writers_sharing_a_directory_keep_each_others_dead_letters(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """One dead-letter directory, three writers of the same micro-batches and partitions: a
+    query, the same query started afresh on a new checkpoint (a new query id), and a query of
+    another policy. Files were named by batch and partition only: each overwrote the others'."""
+    if engine not in engines(spark):
+        pytest.skip(f"Spark {spark.version} has no {engine} engine")
+    source, dead = tmp_path / "in", tmp_path / "dead"
+    rows_in = _files(source, BEFORE_RESTART, 0)
+    for name, checkpoint in (("first", "c1"), ("first", "c2"), ("second", "c3")):
+        policy = TimePolicy(
+            event_time="ts",
+            arrival_time="arr",
+            late_arrival_action="drop",
+            out_of_order="1 minute",
+            out_of_order_action="drop",
+            name=name,
+            engine=engine,
+        )
+        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+        out = policy.apply(
+            stream, checkpoint_location=str(tmp_path / checkpoint), dead_letter=str(dead)
+        )
+        query = (
+            out.writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+    dead_rows = ds.dataset(str(dead), format="parquet", partitioning="hive").to_table().to_pylist()
+    per_writer = sorted((r["wmobs_policy"], r["id"]) for r in dead_rows)
+    dropped = [2, 3, 4, 5, 7]  # of each writer's 8 rows: invalid, early, out of order, late
+    assert rows_in == 8
+    assert per_writer == sorted(
+        [("first", i) for i in dropped * 2] + [("second", i) for i in dropped]
+    )
+
+
 def test_apply_checks_where_it_reads_and_writes_on_the_driver(
     spark: Any, tmp_path: Path, s3_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

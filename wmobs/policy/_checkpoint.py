@@ -29,6 +29,7 @@ __all__ = [
     "task_batch_id",
     "task_batch_times",
     "task_micro_batch",
+    "task_query_id",
 ]
 
 _HINT = (
@@ -133,6 +134,13 @@ def task_batch_id() -> int | None:
     """The micro-batch the running task belongs to; ``None`` outside a streaming batch."""
     batch = _task_properties().get("streaming.sql.batchId")
     return None if batch is None else int(batch)
+
+
+def task_query_id() -> str | None:
+    """The id of the query the running task belongs to (kept in its checkpoint, the same
+    across restarts from it); ``None`` outside a streaming query."""
+    found = _task_properties().get("sql.streaming.queryId")
+    return None if found is None else str(found)
 
 
 def _resolve_checkpoint(configured: str, props: dict[str, Any], relative_to: str) -> str:

@@ -8,16 +8,18 @@ kept rows continue to the query's sink. Destinations:
 
 - a directory (a local path or any URI of :mod:`wmobs.policy._storage`: ``s3a://``,
   ``abfss://``, ``gs://``, ``dbfs:/``, ...), as Parquet (default) or JSON lines:
-  ``<dir>/batch_id=<N>/part-<partition>.parquet``;
+  ``<dir>/batch_id=<N>/part-<partition>-<policy>-<query id>.parquet``;
 - a function ``fn(table: pyarrow.Table, batch_id: int, partition_id: int) -> None``, called in
   the executor once per task that dropped rows (it must be picklable and idempotent).
 
-Exactly once, as far as the destination is concerned: a file is named by batch and partition
-and written whole at once (one PUT of the final object on an object store, which has no atomic
-rename; a rename on a local path), so a retried task or a batch re-run after a restart from the
-checkpoint writes the same file again. The stage runs in the same tasks as the policy's
-``observe``: the rows counted as ``wmobs_dead_letter_rows_total`` are exactly the rows handed
-to the destination (a task that fails to write fails, and its counts are discarded with it).
+Exactly once, as far as the destination is concerned: a file is named by batch, partition,
+policy and query id, and written whole at once (one PUT of the final object on an object store,
+which has no atomic rename; a rename on a local path), so a retried task or a batch re-run after
+a restart from the checkpoint writes the same file again, while another policy or query, or the
+same one started afresh on a new checkpoint, writes files of its own beside it. The stage runs
+in the same tasks as the policy's ``observe``: the rows counted as
+``wmobs_dead_letter_rows_total`` are exactly the rows handed to the destination (a task that
+fails to write fails, and its counts are discarded with it).
 
 Cost, cheapest first (the README's benchmark has each):
 
@@ -41,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from wmobs.policy._checkpoint import task_batch_id
+from wmobs.policy._checkpoint import task_batch_id, task_query_id
 from wmobs.policy._storage import Storage
 
 __all__ = [
@@ -116,7 +118,9 @@ class DeadLetter:
         if self.directory is not None:
             (self.storage or Storage()).check(self.directory, "dead_letter")
 
-    def write(self, table: Any, batch_id: int, partition_id: int) -> None:
+    def write(self, table: Any, batch_id: int, partition_id: int, *, writer: str = "") -> None:
+        """``table`` of micro-batch ``batch_id``'s partition ``partition_id``; ``writer`` (the
+        policy and its query) names the file with them."""
         if self.function is not None:
             self.function(table, batch_id, partition_id)
             return
@@ -127,15 +131,30 @@ class DeadLetter:
             self.directory,
             self.format,
             batch_id=batch_id,
-            partition_id=partition_id,
+            name=file_name(partition_id, writer, self.format),
             storage=storage,
         )
 
 
+def file_name(partition_id: int, writer: str, fmt: str) -> str:
+    """A dead-letter file's name in its batch's folder: ``part-<partition>-<writer>.<fmt>``,
+    ``writer`` being ``<policy>-<query id>``. Two policies, or two queries, writing to one
+    directory (or one query started again on a new checkpoint, a new id) write files of their
+    own; a task that runs again writes its own file again. ``DeadLetterWriter.java`` names the
+    same."""
+    return f"part-{partition_id:05d}-{writer}.{fmt}" if writer else f"part-{partition_id:05d}.{fmt}"
+
+
+def writer_name(policy: str, query_id: str | None) -> str:
+    """The ``writer`` of :func:`file_name`: ``<policy>-<query id>`` (``<policy>`` outside a
+    streaming query)."""
+    return policy if query_id is None else f"{policy}-{query_id}"
+
+
 def _write_file(
-    table: Any, directory: str, fmt: str, *, batch_id: int, partition_id: int, storage: Storage
+    table: Any, directory: str, fmt: str, *, batch_id: int, name: str, storage: Storage
 ) -> None:
-    """One file per batch and partition, written whole at once (one PUT on an object store)."""
+    """One file of a batch, written whole at once (one PUT on an object store)."""
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -146,7 +165,7 @@ def _write_file(
     else:
         text = table.to_pandas().to_json(orient="records", lines=True, date_format="iso")
         data = text.encode("utf-8")
-    target = f"{directory.rstrip('/')}/batch_id={batch_id}/part-{partition_id:05d}.{fmt}"
+    target = f"{directory.rstrip('/')}/batch_id={batch_id}/{name}"
     storage.write_once(target, data)
 
 
@@ -215,7 +234,7 @@ def _hand_over(
     table = table.append_column(RULE_COLUMN, rule)
     table = table.append_column(POLICY_COLUMN, pa.array([policy] * table.num_rows, pa.string()))
     table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
-    sink.write(table, batch_id, context.partitionId())
+    sink.write(table, batch_id, context.partitionId(), writer=writer_name(policy, task_query_id()))
 
 
 # ---- the plan where nothing crosses into Python ------------------------------------------

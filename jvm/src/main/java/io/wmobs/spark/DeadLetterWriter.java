@@ -45,11 +45,12 @@ import org.apache.spark.util.TaskCompletionListener;
  * for the rows it drops, in a {@code CASE} branch of its filter, so kept rows never leave the
  * stage's generated code (nor does a dropped one: the struct is Spark's binary row). Each
  * task appends its dropped rows to one Parquet file in memory and, when the task succeeds,
- * writes it whole to {@code <directory>/batch_id=<N>/part-<partition>.parquet} with the
- * session's Hadoop configuration (the one Spark writes the checkpoint with): one PUT on an
- * object store, a temporary file and a rename elsewhere, as {@code Storage.write_once} does in
- * Python. A retried task writes the same file again; a task that fails writes nothing, and one
- * that cannot write fails (its {@code observe} counts are discarded with it).
+ * writes it whole to {@code <directory>/batch_id=<N>/part-<partition>-<policy>-<query
+ * id>.parquet} ({@link #fileName}) with the session's Hadoop configuration (the one Spark writes
+ * the checkpoint with): one PUT on an object store, a temporary file and a rename elsewhere,
+ * as {@code Storage.write_once} does in Python. A retried task writes the same file again; a
+ * task that fails writes nothing, and one that cannot write fails (its {@code observe} counts
+ * are discarded with it).
  *
  * <p>The file is what {@code wmobs/policy/deadletter.py} writes with pyarrow: the same
  * columns, {@code wmobs_rule}, {@code wmobs_policy} and {@code wmobs_batch_id}, and the Arrow schema pyarrow
@@ -194,8 +195,8 @@ public final class DeadLetterWriter implements Serializable {
     try {
       file.writer.close();
       if (!task.isFailed() && !task.isInterrupted()) {
-        String part = String.format("part-%05d.parquet", task.partitionId());
-        Path target = new Path(directory + "/batch_id=" + file.batchId + "/" + part);
+        Path target =
+            new Path(directory + "/batch_id=" + file.batchId + "/" + fileName(task, policy));
         Hadoop.writeOnce(target, file.bytes(), conf.value().value());
       }
     } catch (IOException e) {
@@ -204,6 +205,18 @@ public final class DeadLetterWriter implements Serializable {
               + directory + ": " + e,
           e);
     }
+  }
+
+  /**
+   * The task's file in its batch's folder: {@code part-<partition>-<policy>-<query id>.parquet}.
+   * Two policies or queries writing to one directory (or one query started again on a new
+   * checkpoint, a new id) write files of their own; a task that runs again writes its own file
+   * again. {@code deadletter.file_name} names the same.
+   */
+  static String fileName(TaskContext task, String policy) {
+    String query = task.getLocalProperty("sql.streaming.queryId");
+    String writer = query == null ? policy : policy + "-" + query;
+    return String.format("part-%05d-%s.parquet", task.partitionId(), writer);
   }
 
   private MessageType schema() {
