@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -201,9 +202,24 @@ def _seconds(value: str | timedelta | float, argument: str) -> float:
 # ---- the command ----------------------------------------------------------------------------
 
 
+class UnreadableError(Exception):
+    """What ``wmobs advise`` was pointed at cannot be read: the message says what and why."""
+
+
 def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return str(response.read().decode("utf-8"))
+    """The body at ``url``; :class:`UnreadableError` naming the URL and the cause otherwise."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return str(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:  # Prometheus says what it refused in its JSON
+        try:
+            said = str(json.loads(exc.read())["error"])
+        except Exception:
+            said = f"HTTP {exc.code} {exc.reason}"
+        raise UnreadableError(f"{url.split('?', 1)[0]} answered: {said}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        where = url.split("?", 1)[0]
+        raise UnreadableError(f"cannot read {where}: {getattr(exc, 'reason', exc)}") from exc
 
 
 def from_prometheus(base: str, query: str, window: str) -> dict[Any, float]:
@@ -214,8 +230,13 @@ def from_prometheus(base: str, query: str, window: str) -> dict[Any, float]:
             selector = f'{name}{suffix}{{query="{query}"}}'
             expr = f"sum by (query, policy, le) (increase({selector}[{window}]))"
             url = f"{base.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-            answer = json.loads(_fetch(url))
-            for series in answer["data"]["result"]:
+            try:
+                answer = json.loads(_fetch(url))
+                result = answer["data"]["result"]
+            except (ValueError, KeyError, TypeError) as exc:
+                said = f"{base} answered no Prometheus query result ({exc})"
+                raise UnreadableError(said) from exc
+            for series in result:
                 labels = tuple(sorted(series["metric"].items()))
                 samples[(name + suffix, labels)] = float(series["value"][1])
     return samples
@@ -293,14 +314,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.prometheus and not args.query:
         parser.error("--prometheus needs --query")
-    samples: Mapping[Any, float]
-    if args.metrics_url:
-        from wmobs.testing import parse_metrics
-
-        samples = parse_metrics(_fetch(args.metrics_url))
-    else:
-        samples = from_prometheus(args.prometheus, args.query, args.range)
     settings = {t: getattr(args, t) for t in _TOLERANCES if getattr(args, t) is not None}
+    for tolerance, value in settings.items():
+        try:
+            _seconds(value, "--" + tolerance.replace("_", "-"))
+        except ValueError as exc:
+            parser.error(str(exc))
+    samples: Mapping[Any, float]
+    try:
+        if args.metrics_url:
+            from wmobs.testing import parse_metrics
+
+            samples = parse_metrics(_fetch(args.metrics_url))
+        else:
+            samples = from_prometheus(args.prometheus, args.query, args.range)
+    except UnreadableError as exc:
+        print(f"wmobs advise: {exc}", file=sys.stderr)
+        return 1
     advice = advise(samples, configured={args.policy or "*": settings})
     if args.policy:
         advice = [a for a in advice if a.policy == args.policy]

@@ -101,3 +101,56 @@ def test_nothing_to_advise_on_is_said() -> None:
     tracker = Tracker()
     tracker.on_progress(progress_json(name="q"))
     assert advise(Exposition(tracker).render().decode()) == []
+
+
+def test_what_cannot_be_read_is_one_line_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """An endpoint that refuses, a Prometheus that refuses the query (it says why in JSON), a
+    server that is not Prometheus, a tolerance that is no duration: one line each, no
+    traceback (the command printed urllib's before)."""
+    import http.server
+    import json
+    import socket
+    import threading
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+
+    class Answers(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/prometheus/"):
+                body, status = json.dumps({"status": "error", "error": "bad range"}), 400
+            else:
+                body, status = "<html>a web page</html>", 200
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    here = f"http://127.0.0.1:{server.server_port}"
+    try:
+        cases = {
+            ("--metrics-url", f"http://127.0.0.1:{closed}/metrics"): (
+                f"cannot read http://127.0.0.1:{closed}/metrics: [Errno 111] Connection refused"
+            ),
+            ("--metrics-url", "metrics"): "cannot read metrics: unknown url type: 'metrics'",
+            ("--prometheus", f"{here}/prometheus", "--query", "q"): (
+                f"{here}/prometheus/api/v1/query answered: bad range"
+            ),
+            ("--prometheus", here, "--query", "q"): f"{here} answered no Prometheus query result",
+        }
+        for argv, said in cases.items():
+            assert main(list(argv)) == 1
+            err = capsys.readouterr().err
+            assert err.startswith(f"wmobs advise: {said}") and err.count("\n") == 1, err
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(SystemExit) as exited:
+        main(["--metrics-url", f"{here}/metrics", "--out-of-order", "banana"])
+    assert exited.value.code == 2
+    assert "--out-of-order: 'banana' is not a duration" in capsys.readouterr().err
