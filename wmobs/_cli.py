@@ -55,11 +55,15 @@ def _dashboards(argv: list[str]) -> int:
         print("usage: wmobs dashboards export DIR", file=sys.stderr)
         return 2
     target = Path(argv[1])
-    target.mkdir(parents=True, exist_ok=True)
     source = dashboards_dir()
-    for name in DASHBOARD_FILES:
-        shutil.copyfile(source / name, target / name)
-        print(target / name)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name in DASHBOARD_FILES:
+            shutil.copyfile(source / name, target / name)
+            print(target / name)
+    except OSError as exc:
+        print(f"wmobs dashboards: cannot write into {target}: {exc.strerror}", file=sys.stderr)
+        return 1
     return 0
 
 

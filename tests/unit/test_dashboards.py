@@ -102,6 +102,17 @@ def test_dashboards_export(tmp_path: Path) -> None:
     assert (tmp_path / "out/wmobs-alerts.yaml").read_text() == (
         ROOT / "dashboards/wmobs-alerts.yaml"
     ).read_text()
+    # A directory that cannot be made: one line naming it, no traceback.
+    (tmp_path / "file").write_text("")
+    failed = subprocess.run(
+        [sys.executable, "-m", "wmobs", "dashboards", "export", str(tmp_path / "file" / "out")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert failed.returncode == 1
+    assert (
+        failed.stderr
+        == f"wmobs dashboards: cannot write into {tmp_path}/file/out: Not a directory\n"
+    )
 
 
 def test_wheel_ships_dashboards_rules_and_jars(tmp_path: Path) -> None:
