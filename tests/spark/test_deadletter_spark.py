@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,16 @@ EXPECTED_DEAD = {
     7: "late_arrival", 9: "out_of_order", 11: "invalid_time",
 }  # fmt: skip
 EXPECTED_KEPT = {1, 6, 8, 10, 12}
+DROPPING = TimePolicy(
+    event_time="ts",
+    arrival_time="arr",
+    early_arrival="5 minutes",
+    late_arrival="5 minutes",
+    late_arrival_action="drop",
+    out_of_order="1 minute",
+    out_of_order_action="drop",
+)
+"""The rules the rows above are judged by: every rule drops."""
 
 
 def _read_dead_letters(dead: str, request: pytest.FixtureRequest) -> list[dict[str, Any]]:
@@ -94,16 +105,7 @@ def test_conservation_across_restart(
         container = azure.create_container("wmobs-dead-letters")
         dead = f"abfss://{container}@devstoreaccount1.dfs.core.windows.net/dead"
         storage = azure.storage
-    policy = TimePolicy(
-        event_time="ts",
-        arrival_time="arr",
-        early_arrival="5 minutes",
-        late_arrival="5 minutes",
-        late_arrival_action="drop",
-        out_of_order="1 minute",
-        out_of_order_action="drop",
-        name="conservation",
-    )
+    policy = replace(DROPPING, name="conservation")
     reader = InMemoryMetricReader()
     rows_in = 0
 
@@ -164,15 +166,7 @@ def test_writers_sharing_a_directory_keep_each_others_dead_letters(
     source, dead = tmp_path / "in", tmp_path / "dead"
     rows_in = _files(source, BEFORE_RESTART, 0)
     for name, checkpoint in (("first", "c1"), ("first", "c2"), ("second", "c3")):
-        policy = TimePolicy(
-            event_time="ts",
-            arrival_time="arr",
-            late_arrival_action="drop",
-            out_of_order="1 minute",
-            out_of_order_action="drop",
-            name=name,
-            engine=engine,
-        )
+        policy = replace(DROPPING, name=name, engine=engine)
         stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
         out = policy.apply(
             stream, checkpoint_location=str(tmp_path / checkpoint), dead_letter=str(dead)
