@@ -58,7 +58,8 @@ public final class BatchTimes implements Serializable {
   private transient long taskAttempt;
   private transient Long value;
 
-  BatchTimes(Hadoop.Checkpoint checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
+  BatchTimes(
+      Hadoop.Checkpoint checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
     this.checkpoint = checkpoint;
     this.watermark = watermark;
     this.conf = conf;
