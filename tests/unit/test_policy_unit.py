@@ -41,12 +41,24 @@ def test_defaults_are_azure_stream_analytics() -> None:
         ({"name": "has space"}, ValueError, "name: use letters"),
         ({"name": ".."}, ValueError, "name: .*not dots alone"),  # the checkpoint's parent
         ({"name": "a/b"}, ValueError, "name: use letters"),
+        ({"name": "n" * 129}, ValueError, "name: at most 128 characters .* got 129"),
         ({"distributions": "no"}, TypeError, "distributions: expected True or False"),
     ],
 )
 def test_invalid_arguments(kwargs: dict[str, object], error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         TimePolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_an_unnamed_policy_gets_a_name_that_a_given_name_could_be() -> None:
+    """Generated from the event-time column, stable for the policy, distinct between policies,
+    and within the rules a given name must keep (a column name may be long or odd)."""
+    column = "payload.event time/" + "x" * 300
+    first, second = TimePolicy(event_time=column), TimePolicy(event_time=column)
+    assert first.state_name == first.state_name != second.state_name
+    for policy in (first, second):
+        TimePolicy(name=policy.state_name)  # a name it could have been given
+        assert policy.state_name.startswith("payload_event_time_xxx")
 
 
 def test_dead_letter_destinations() -> None:

@@ -79,6 +79,9 @@ __all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 
 _ACTIONS = ("adjust", "drop")
 _names = itertools.count()
+# A policy's name is a folder of the checkpoint and part of its dead-letter files' names
+# (part-<partition>-<name>-<query id>.<format>), which must fit a file system's 255 bytes.
+MAX_NAME = 128
 
 
 def _session_checkpoint_root(df: DataFrame) -> str | None:
@@ -183,6 +186,11 @@ class TimePolicy:
             raise ValueError(
                 f"name: use letters, digits, '_', '.' or '-' (not dots alone), got {self.name!r}"
             )
+        if self.name is not None and len(self.name) > MAX_NAME:
+            raise ValueError(
+                f"name: at most {MAX_NAME} characters (it is part of file names: a dead-letter"
+                f" file is part-<partition>-<name>-<query id>.<format>), got {len(self.name)}"
+            )
         if self.engine not in ENGINES:
             raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         object.__setattr__(self, "tolerances", tolerances)
@@ -203,7 +211,7 @@ class TimePolicy:
             return self.name
         generated = getattr(self, "_generated_name", None)
         if generated is None:
-            base = re.sub(r"[^A-Za-z0-9_]+", "_", self.event_time)
+            base = re.sub(r"[^A-Za-z0-9_]+", "_", self.event_time)[: MAX_NAME - 24]
             generated = f"{base}_{next(_names)}"
             object.__setattr__(self, "_generated_name", generated)
         return str(generated)
