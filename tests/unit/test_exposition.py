@@ -3,9 +3,14 @@ the same samples, names, labels and values, over a real HTTP server on 127.0.0.1
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
+import urllib.error
 import urllib.request
 from typing import Any
 
+import pytest
 from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
@@ -124,3 +129,59 @@ def test_served_over_http_and_collected_through_a_registry() -> None:
     rec.tracker.close()
     assert exposition.render() == b""  # a closed monitor exports nothing
     rec.shutdown()
+
+
+class _RecordingLogger:
+    """A structlog-style logger (``log.debug("event", key=value)``) that keeps what it got."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.logged = threading.Event()
+
+    def __getattr__(self, level: str) -> Any:
+        def log(event: str, **fields: Any) -> None:
+            self.events.append((level, event))
+            self.logged.set()
+
+        return log
+
+
+def test_a_scraper_that_hangs_up_and_a_failed_render_print_nothing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A scrape abandoned mid-response (Prometheus' scrape timeout) is a debug line and a render
+    that fails is a 500 naming the error and one warning: neither prints socketserver's
+    traceback on the application's stderr, and the next scrape is served."""
+    body = {"now": b"x" * 32_000_000}
+
+    class Switchable:
+        def render(self) -> bytes:
+            if isinstance(body["now"], Exception):
+                raise body["now"]
+            return body["now"]
+
+    log = _RecordingLogger()
+    server = MetricsServer("127.0.0.1", 0, Switchable(), logger=log)  # type: ignore[arg-type]
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=10) as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert client.recv(12).startswith(b"HTTP/1.0 200")  # then hung up, reset
+        assert log.logged.wait(10), "the abandoned scrape was not logged"
+        assert log.events == [("debug", "wmobs.scrape_abandoned")]
+
+        body["now"] = ValueError("a bug in rendering")
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(url, timeout=10)
+        assert failed.value.code == 500
+        assert "a bug in rendering" in failed.value.read().decode()
+        assert log.events[1:] == [("warning", "wmobs.exposition_failed")]
+
+        body["now"] = b"wmobs_up 1\n"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.read() == b"wmobs_up 1\n"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert capfd.readouterr().err == ""

@@ -16,11 +16,13 @@ same families), for code that collects it directly.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from wmobs._log import get_logger
 from wmobs.listener._tracker import BATCH_DURATION_BUCKETS, QuerySnapshot, Tracker
 from wmobs.listener.metrics import BATCH_DURATION_HELP, EVENT_HISTOGRAMS, OBSERVABLES
 from wmobs.observations import HISTOGRAMS
@@ -135,18 +137,27 @@ class Exposition:
 
 
 class MetricsServer(ThreadingHTTPServer):
-    """``GET /metrics`` (any path) on its own threads: the rendered exposition."""
+    """``GET /metrics`` (any path) on its own threads: the rendered exposition. Quiet: a
+    scraper that goes away mid-response (its scrape timeout) is a debug line, a failure to
+    render is a 500 naming it and one warning, never a traceback on the application's
+    stderr."""
 
     daemon_threads = True
 
-    def __init__(self, addr: str, port: int, exposition: Exposition) -> None:
+    def __init__(self, addr: str, port: int, exposition: Exposition, logger: Any = None) -> None:
         exposition_ = exposition
+        self._log = log = logger if logger is not None else get_logger()
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = exposition_.render()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
+                try:
+                    body, status, kind = exposition_.render(), 200, CONTENT_TYPE
+                except Exception as exc:
+                    log.warning("wmobs.exposition_failed", exc_info=True)
+                    body = f"wmobs: rendering the metrics failed: {exc!r}\n".encode()
+                    status, kind = 500, "text/plain; charset=utf-8"
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -159,3 +170,11 @@ class MetricsServer(ThreadingHTTPServer):
             target=self.serve_forever, name="wmobs-metrics", daemon=True
         )
         self._thread.start()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Logged, where socketserver prints a traceback to stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):  # the scraper hung up: its timeout, not ours
+            self._log.debug("wmobs.scrape_abandoned", client=client_address[0], error=repr(error))
+        else:
+            self._log.warning("wmobs.scrape_failed", client=client_address[0], exc_info=True)

@@ -239,7 +239,9 @@ def attach(
         registry = CollectorRegistry()
         registry.register(exposition)
         try:
-            server = MetricsServer(prometheus_addr, int(prometheus_port or 0), exposition)
+            server = MetricsServer(
+                prometheus_addr, int(prometheus_port or 0), exposition, logger=logger
+            )
         except OSError as exc:
             if private_provider is not None:
                 private_provider.shutdown()
