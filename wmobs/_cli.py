@@ -19,6 +19,10 @@ commands:
   spark-submit-args [SPARK_VERSION]
                           print the spark-submit flags that give a cluster the extension
                           (--jars ... --conf spark.sql.extensions=...)
+
+options:
+  -h, --help              this text
+  -V, --version           print wmobs' version
 """
 
 
@@ -124,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from wmobs._version import __version__
+
+        print(f"wmobs {__version__}")
+        return 0
     command = _COMMANDS.get(args[0])
     if command is None:
         print(f"wmobs: unknown command {args[0]!r}\n\n{USAGE}", end="", file=sys.stderr)

@@ -239,7 +239,10 @@ def _configure_logging() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="wmobs demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="wmobs demo",
+        description="Run a real local streaming job with wmobs attached, serving /metrics.",
+    )
     parser.add_argument("--port", type=int, default=9464, help="metrics port (default 9464)")
     parser.add_argument("--addr", default="127.0.0.1", help="metrics address (127.0.0.1)")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds")
