@@ -33,6 +33,11 @@ from dataclasses import dataclass, fields
 __all__ = ["ALERTS", "RulesConfig", "parse_duration", "render"]
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# One PromQL label matcher: a label name, an operator and a quoted string (PromQL's three
+# quotes; a backtick string has no escapes).
+_QUOTED = r"""(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)"""
+_MATCHER = rf"\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*{_QUOTED}\s*"
+_MATCHERS = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*,?\s*")
 
 
 def parse_duration(text: str) -> int:
@@ -84,6 +89,15 @@ class RulesConfig:
     """The runbook document; each alert links to its section (``#wmobswatermarkdelayhigh``)."""
 
     def __post_init__(self) -> None:
+        selector = self.selector.strip()
+        if selector.startswith("{") and selector.endswith("}"):  # a whole selector: its inside
+            selector = selector[1:-1].strip()
+        if selector and not _MATCHERS.fullmatch(selector):
+            raise ValueError(
+                'selector: PromQL label matchers with quoted values, like job="etl" or'
+                f' job="etl", env!~"dev|test"; got {self.selector!r}'
+            )
+        object.__setattr__(self, "selector", selector.rstrip(", "))
         for f in fields(self):
             if f.name.endswith(("_threshold", "_for", "_window")):
                 parse_duration(getattr(self, f.name))

@@ -75,6 +75,26 @@ def test_rules_cli_renders_other_thresholds(tmp_path: Path) -> None:
     assert "not a Prometheus duration" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    "selector", ["job=etl", 'job="etl" env="prod"', '{job="etl"', 'job="a"b"', '9job="x"']
+)
+def test_a_selector_that_is_not_promql_matchers_is_refused(selector: str) -> None:
+    """Rendered, each of these was an expression Prometheus refuses to load."""
+    with pytest.raises(ValueError, match="selector: PromQL label matchers"):
+        RulesConfig(selector=selector)
+    bad = run(sys.executable, "-m", "wmobs", "rules", "--selector", selector)
+    assert bad.returncode == 2 and "selector: PromQL label matchers" in bad.stderr
+
+
+def test_a_whole_selector_in_braces_is_taken_for_its_matchers(tmp_path: Path) -> None:
+    config = RulesConfig(selector=" {job=\"etl\", env=~'prod|stage', team!=`a,b`} ")
+    assert config.sel('x="y"') == '{job="etl", env=~\'prod|stage\', team!=`a,b`, x="y"}'
+    out = tmp_path / "rules.yaml"
+    out.write_text(render(config))
+    checked = run(promtool(), "check", "rules", str(out))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_parse_duration() -> None:
     assert parse_duration("1h30m") == 5400
     assert parse_duration("45s") == 45
