@@ -68,6 +68,8 @@ def test_dead_letter_destinations() -> None:
         DeadLetter()
     with pytest.raises(TypeError, match="dead_letter: expected"):
         DeadLetter.of(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dead_letter: the directory is empty"):
+        DeadLetter.of(" ")
 
 
 @pytest.mark.parametrize(

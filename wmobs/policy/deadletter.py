@@ -82,6 +82,8 @@ class DeadLetter:
     def __post_init__(self) -> None:
         if (self.directory is None) == (self.function is None):
             raise ValueError("dead_letter: give a directory or a function (exactly one)")
+        if self.directory is not None and not str(self.directory).strip():
+            raise ValueError("dead_letter: the directory is empty; give a path or a URI")
         if self.format not in _FORMATS:
             raise ValueError(f"dead_letter: format must be one of {_FORMATS}, got {self.format!r}")
         if self.function is not None and not callable(self.function):
