@@ -61,6 +61,14 @@ def test_an_unnamed_policy_gets_a_name_that_a_given_name_could_be() -> None:
         assert policy.state_name.startswith("payload_event_time_xxx")
 
 
+def test_an_empty_checkpoint_location_is_an_error_before_anything_is_planned() -> None:
+    """An empty string (an unset variable, typically) is not None: it would have fallen back to
+    the session's checkpoint root unseen. Checked before the DataFrame is looked at."""
+    for empty in ("", "  "):
+        with pytest.raises(ValueError, match="checkpoint_location: empty"):
+            TimePolicy().apply(object(), checkpoint_location=empty)  # type: ignore[arg-type]
+
+
 def test_dead_letter_destinations() -> None:
     assert DeadLetter.of("/tmp/dead").directory == "/tmp/dead"
     assert DeadLetter.of(print).function is print

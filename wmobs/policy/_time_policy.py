@@ -245,6 +245,11 @@ class TimePolicy:
         itself: a checkpoint Hadoop cannot reach fails the query, naming the cause; a dead
         letters' directory it cannot reach is a :class:`wmobs.StorageError` here too.
         """
+        if checkpoint_location is not None and not str(checkpoint_location).strip():
+            raise ValueError(
+                "checkpoint_location: empty; pass the query's checkpointLocation, or None for a "
+                "named query under the session's spark.sql.streaming.checkpointLocation"
+            )
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
         self._check_columns(df)
