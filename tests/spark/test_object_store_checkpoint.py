@@ -134,7 +134,7 @@ def _stop_taken_for_failure(store: Store, error: Any) -> bool:
     WASB wraps the ``InterruptedException`` in an ``IOException``; Hadoop 3.3's S3A (Spark 3.5)
     swallows it in the object's upload ("Interrupted object upload", HADOOP-19221, fixed in
     3.4.1), so Spark renames a temporary file that was never written: FileNotFoundException."""
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     from tests.object_store import hadoop_version
 
@@ -147,7 +147,7 @@ def _stop_taken_for_failure(store: Store, error: Any) -> bool:
     version = tuple(int(p) for p in (hadoop_version() or "0").split(".")[:3])
     if store.scheme != "s3a" or version >= (3, 4, 1):
         return False
-    jvm = SparkSession.getActiveSession()._jvm  # type: ignore[union-attr]
+    jvm: Any = SparkContext._jvm  # set while a context is active
     trace = jvm.org.apache.spark.util.Utils.exceptionString(error)
     return causes[-1] == "java.io.FileNotFoundException" and (
         "RenameBasedFSDataOutputStream.close" in trace
