@@ -325,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
             _seconds(value, "--" + tolerance.replace("_", "-"))
         except ValueError as exc:
             parser.error(str(exc))
+    if args.plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            parser.error("--plot needs matplotlib: pip install 'wmobs[plot]'")
     samples: Mapping[Any, float]
     try:
         if args.metrics_url:
@@ -343,7 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         print("wmobs advise: no lateness or arrival-delay distributions found", file=sys.stderr)
         return 1
     sys.stdout.write(_report(advice, KEEP))
-    if args.plot:
-        _plot(advice, samples, args.plot)
-        print(f"plot: {args.plot}")
+    return _write_plot(advice, samples, args.plot) if args.plot else 0
+
+
+def _write_plot(advice: list[Advice], scrape: Mapping[Any, float], path: str) -> int:
+    """:func:`_plot` into ``path``, said in one line either way; the exit code."""
+    try:
+        _plot(advice, scrape, path)
+    except OSError as exc:
+        print(f"wmobs advise: cannot write the plot to {path}: {exc}", file=sys.stderr)
+        return 1
+    print(f"plot: {path}")
     return 0

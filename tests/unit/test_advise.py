@@ -4,6 +4,7 @@ fraction, the next smaller bound would not, and a configured tolerance's share i
 from __future__ import annotations
 
 import random
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,33 @@ def test_the_command_reads_an_endpoint_and_draws_the_plot(
     assert "query q, policy sensors (10000 rows judged)" in out
     assert "out_of_order" in out and "600 s" in out and "10 s: drops or adjusts" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_it_cannot_draw_is_said_before_fetching_or_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without matplotlib (an extra: ``wmobs[plot]``), ``--plot`` is a usage error before
+    anything is fetched; a plot file it cannot write is one line, exit 1 (tracebacks before,
+    after the report)."""
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "matplotlib", None)  # as if not installed
+        with pytest.raises(SystemExit) as usage:
+            main(["--metrics-url", "http://127.0.0.1:9/metrics", "--plot", "x.png"])
+    assert usage.value.code == 2
+    assert "--plot needs matplotlib: pip install 'wmobs[plot]'" in capsys.readouterr().err
+
+    server = MetricsServer("127.0.0.1", 0, Exposition(_tracker()))
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        nowhere = tmp_path / "no-such-folder" / "lateness.png"
+        code = main(["--metrics-url", url, "--plot", str(nowhere)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"wmobs advise: cannot write the plot to {nowhere}: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_nothing_to_advise_on_is_said() -> None:
