@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -238,6 +239,36 @@ def _configure_logging() -> None:
     )
 
 
+def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What the demo cannot run with, as usage errors (exit 2) before anything starts."""
+    from wmobs.policy._durations import to_micros
+
+    if args.rate < 1:
+        parser.error(f"--rate: at least 1 event per second, got {args.rate}")
+    if args.duration is not None and args.duration <= 0:
+        parser.error(f"--duration: a number of seconds above 0, got {args.duration:g}")
+    if not 0 <= args.idle_for < args.idle_every:
+        parser.error(
+            f"--idle-for: from 0 to less than --idle-every ({args.idle_every:g} s), "
+            f"got {args.idle_for:g}"
+        )
+    try:
+        to_micros(args.trigger, "--trigger")
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port: from 0 to 65535, got {args.port}")
+
+
+def _port_taken(addr: str, port: int) -> str | None:
+    """Why ``addr:port`` cannot serve /metrics (in use, or no such address), or None."""
+    try:
+        with socket.create_server((addr, port)):
+            return None
+    except OSError as exc:
+        return f"cannot serve /metrics on {addr}:{port}: {exc.strerror or exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="wmobs demo",
@@ -254,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         "--engine", default="auto", choices=("auto", "jvm", "python"), help="time policy engine"
     )
     args = parser.parse_args(argv)
+    _check_arguments(parser, args)
+    taken = _port_taken(args.addr, args.port)
+    if taken is not None:  # said before Spark takes seconds to start
+        print(f"wmobs demo: {taken}; choose another with --port", file=sys.stderr)
+        return 1
 
     import wmobs
 
@@ -279,9 +315,16 @@ def main(argv: list[str] | None = None) -> int:
             closed = batch.output_rows
             print(f"windows closed while the source is idle (idle timeout): {closed}", flush=True)
 
-    monitor = wmobs.attach(
-        spark, prometheus_port=args.port, prometheus_addr=args.addr, on_progress=print_batch
-    )
+    try:
+        monitor = wmobs.attach(
+            spark, prometheus_port=args.port, prometheus_addr=args.addr, on_progress=print_batch
+        )
+    except OSError as exc:  # taken since it was checked
+        source.stop()
+        spark.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        print(f"wmobs demo: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"wmobs demo: metrics at {monitor.metrics_url}  (Ctrl-C to stop)", flush=True)
     query = build_query(
         spark,
