@@ -247,7 +247,9 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error(f"--rate: at least 1 event per second, got {args.rate}")
     if args.duration is not None and args.duration <= 0:
         parser.error(f"--duration: a number of seconds above 0, got {args.duration:g}")
-    if not 0 <= args.idle_for < args.idle_every:
+    if args.idle_every < 0:
+        parser.error(f"--idle-every: seconds (0: no idle gaps), got {args.idle_every:g}")
+    if args.idle_every > 0 and not 0 <= args.idle_for < args.idle_every:
         parser.error(
             f"--idle-for: from 0 to less than --idle-every ({args.idle_every:g} s), "
             f"got {args.idle_for:g}"
@@ -278,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--addr", default="127.0.0.1", help="metrics address (127.0.0.1)")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     parser.add_argument("--rate", type=int, default=200, help="events per second (200)")
-    parser.add_argument("--idle-every", type=float, default=60.0, help="idle gap period (60 s)")
+    parser.add_argument(
+        "--idle-every", type=float, default=60.0, help="idle gap period (60 s; 0: none)"
+    )
     parser.add_argument("--idle-for", type=float, default=25.0, help="idle gap length (25 s)")
     parser.add_argument("--trigger", default="2 seconds", help="trigger interval (2 seconds)")
     parser.add_argument(

@@ -17,6 +17,7 @@ from wmobs.demo import main
         (["--duration", "-5"], "--duration: a number of seconds above 0, got -5"),
         (["--idle-every", "10", "--idle-for", "10"], "--idle-for: from 0 to less than"),
         (["--idle-for", "-1"], "--idle-for: from 0 to less than"),
+        (["--idle-every", "-1"], "--idle-every: seconds (0: no idle gaps), got -1"),
         (["--trigger", "soon"], "--trigger: 'soon' is not a duration"),
         (["--port", "70000"], "--port: from 0 to 65535, got 70000"),
     ],
