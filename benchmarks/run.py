@@ -377,18 +377,6 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return make
 
-    def passing_through(df: Any, ck: str) -> Any:
-        """Substreams of 10 keys with the per-key judge passing every row through as it is (no
-        buffer, no state, no judging): what the rest of substreams' plan costs."""
-        from wmobs.policy import _ordering
-
-        spec = _ordering._spec
-        _ordering._spec = lambda ctx: {**spec(ctx), "pass_through": True}
-        try:
-            return policy(substream_by=["device10"], name="keys10_pass")(df, ck)
-        finally:
-            _ordering._spec = spec
-
     python: dict[str, Any] = {"engine": "python"}
     makers: dict[str, tuple[Callable[[Any, str], Any], str]] = {
         "baseline": (lambda df, ck: df.withWatermark("EventTime", "10 seconds"), "EventTime"),
@@ -432,10 +420,6 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
         ),
         "substreams, 10,000 keys, Python engine": (
             policy(substream_by=["device10k"], name="keys10k_python", **python),
-            "system_timestamp",
-        ),
-        "substreams, 10 keys, the judge passing rows through (diagnostic)": (
-            passing_through,
             "system_timestamp",
         ),
         "substreams, 10 keys + idle timeout": (
@@ -671,6 +655,111 @@ def bench_latency(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def bench_keys(
+    held: list[int], batches: int = 12, rows_per_batch: int = 1000, rocksdb: bool = False
+) -> dict[int, dict[str, float]]:
+    """Substreams against the keys they hold: a first micro-batch brings ``n`` keys into state
+    (one row each), then ``batches`` micro-batches of ``rows_per_batch`` rows, of keys drawn
+    from those held, go through a policy with ``substream_by`` to the ``noop`` sink (one file
+    per micro-batch). Per ``n``: the median trigger execution time of those micro-batches
+    (each run's first two left out: they compile), the state's rows and memory as Spark reports
+    them, and the bytes of the checkpoint's state folder. The same query without the policy is
+    the baseline (``n`` = 0). ``rocksdb``: Spark's RocksDB state store provider, with
+    changelog checkpointing."""
+    from pyspark.sql import functions as F
+
+    from wmobs import TimePolicy
+    from wmobs.testing import local_spark
+
+    conf = {"spark.driver.memory": "2g"}
+    if rocksdb:
+        conf |= {
+            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution."
+            "streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        }
+    spark = local_spark("wmobs-bench-keys", conf=conf, extension=False)
+    work = Path(tempfile.mkdtemp(prefix="wmobs-bench-keys-"))
+    schema = "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device LONG"
+
+    def times(keys: Any) -> list[Any]:
+        ms = F.lit(1_800_000_000_000) + F.col("id")
+        return [
+            F.timestamp_millis(ms).alias("EventTime"),
+            F.timestamp_millis(ms + 500).alias("ArrivalTime"),
+            keys.alias("device"),
+        ]
+
+    def run(n: int) -> dict[str, float]:
+        source, checkpoint = work / f"in-{n}", work / f"ckpt-{n}"
+        first = max(n, 1)
+        spark.range(first).select(*times(F.col("id"))).coalesce(1).write.parquet(str(source / "0"))
+        for batch in range(1, batches + 1):
+            rows = spark.range(first + batch * rows_per_batch, first + (batch + 1) * rows_per_batch)
+            drawn = (F.xxhash64(F.col("id")) % first + first) % first  # keys held, at random
+            rows.select(*times(drawn)).coalesce(1).write.parquet(str(source / str(batch)))
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+        df = stream.parquet(str(source / "*"))
+        if n:
+            policy = TimePolicy(
+                out_of_order="10 seconds",
+                late_arrival="1 minute",
+                substream_by=["device"],
+                name=f"keys{n}",
+            )
+            df = policy.apply(df, checkpoint_location=str(checkpoint))
+        else:
+            df = df.withWatermark("EventTime", "10 seconds")
+        query = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        query.processAllAvailable()
+        query.stop()
+        data = [p for p in query.recentProgress if p["numInputRows"]]
+        durations = [p["durationMs"]["triggerExecution"] / 1000 for p in data[3:]]
+        operators = data[-1]["stateOperators"]
+        result = {
+            "batch_median_s": statistics.median(durations),
+            "first_batch_s": data[0]["durationMs"]["triggerExecution"] / 1000,
+            "state_rows": sum(o["numRowsTotal"] for o in operators),
+            "state_memory_bytes": sum(o["memoryUsedBytes"] for o in operators),
+            "state_folder_bytes": _directory_bytes(checkpoint / "state")
+            if (checkpoint / "state").is_dir()
+            else 0,
+        }
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return result
+
+    try:
+        return {n: run(n) for n in [0, *held]}
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report_keys(result: dict[int, dict[str, float]], rocksdb: bool) -> None:
+    store = "RocksDB, changelog checkpointing" if rocksdb else "HDFS-backed (Spark's default)"
+    print(f"\nsubstreams against keys held, 1,000-row micro-batches, state store: {store}")
+    smallest = min((n for n in result if n), default=0)
+    for n, r in result.items():
+        name = f"{n:,} keys held" if n else "no policy"
+        ratio = f"{r['batch_median_s'] / result[smallest]['batch_median_s']:.2f}x" if n else ""
+        print(
+            f"  {name:<20} median micro-batch {r['batch_median_s'] * 1000:6.0f} ms {ratio:>6}  "
+            f"first {r['first_batch_s']:6.1f} s  state rows {r['state_rows']:>11,}  "
+            f"memory {r['state_memory_bytes'] / 2**20:8.1f} MiB  "
+            f"on disk {r['state_folder_bytes'] / 2**20:8.1f} MiB"
+        )
+
+
 def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
@@ -779,7 +868,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument(
         "--only",
-        choices=["listener", "event", "scrape", "policy", "breakdown", "latency", "idle"],
+        choices=["listener", "event", "scrape", "policy", "breakdown", "latency", "idle", "keys"],
         default=None,
     )
     parser.add_argument(
@@ -804,6 +893,17 @@ def main() -> None:
         action="store_true",
         help="policy, latency: start the session with the extension (wmobs.configure_spark) "
         "instead of a plain one",
+    )
+    parser.add_argument(
+        "--keys",
+        type=int,
+        action="append",
+        default=None,
+        help="keys: the numbers of keys held to run (repeatable; default 1,000, 100,000 and "
+        "1,000,000)",
+    )
+    parser.add_argument(
+        "--rocksdb", action="store_true", help="keys: Spark's RocksDB state store provider"
     )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -838,6 +938,9 @@ def main() -> None:
     if args.only in (None, "latency"):
         latency = bench_latency(max(3, args.runs), extra=args.variant, configured=args.configured)
         report_latency(latency, args.plot)
+    if args.only == "keys":  # minutes per million keys: only when asked for
+        keys = args.keys or [1_000, 100_000, 1_000_000]
+        report_keys(bench_keys(keys, rocksdb=args.rocksdb), args.rocksdb)
     if args.only in (None, "idle"):
         idle = bench_idle_latency(max(3, args.runs), args.trigger)
         print(

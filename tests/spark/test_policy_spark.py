@@ -262,7 +262,7 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judg
     plan = policy.apply(stream, checkpoint_location=str(tmp_path / "plan"))
     analyzed = plan._jdf.queryExecution().analyzed().toString()
     assert ("MapInArrow" in analyzed) == (judge == "python")
-    assert ("Generate wmobs_substreams(" in analyzed) == (judge == "jvm")
+    assert ("FlatMapGroupsWithState" in analyzed) == (judge == "jvm")
     kept, counts, progress = run_policy(
         spark, policy, tmp_path / "in", tmp_path, f"worked_substreams_{judge}"
     )
@@ -377,72 +377,61 @@ def test_asynchronous_progress_tracking_is_named_as_the_cause(
         query.stop()
 
 
-@pytest.mark.parametrize(
-    "judges", [("jvm", "python"), ("python", "jvm"), ("python", "jvm, per-bucket files")]
-)
-def test_substream_state_survives_a_restart(
-    spark: Any, tmp_path: Path, judges: tuple[str, str]
-) -> None:
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path, engine: str) -> None:
     """Each key's watermark is kept in the checkpoint: after a restart an event behind its
     key's maximum from before the restart is still out of order; another key's is not. The
-    two engines read each other's state files: the query restarts on the other one. The JVM
-    engine goes on from the per-bucket files of earlier versions, and deletes them once it has
-    written newer ones."""
-    needs_python_engine(spark)
+    JVM engine keeps it in Spark's state store (a ``flatMapGroupsWithState`` operator, which
+    Spark's state reader reads); the Python engine in files of its own."""
+    if engine == "python":
+        needs_python_engine(spark)
 
     def row(i: int, event: str, arrival: str, device: str) -> dict[str, Any]:
         return {"id": i, "EventTime": ts(event), "ArrivalTime": ts(arrival), "deviceId": device}
 
-    policy = TimePolicy(late_arrival="1 hour", substream_by=["deviceId"], name="restart")
+    policy = on(engine, TimePolicy(late_arrival="1 hour", substream_by=["deviceId"], name="re"))
     write_rows(tmp_path / "in", "1", [row(1, "12:10", "12:10", "A"), row(2, "12:00", "12:10", "B")])
     out = tmp_path / "out"
-    before, counts_before, _ = run_policy(
-        spark, on(judges[0], policy), tmp_path / "in", tmp_path, "re", parquet=out
+    before, counts_before, progress = run_policy(
+        spark, policy, tmp_path / "in", tmp_path, "re", parquet=out
     )
-    state = tmp_path / "ckpt-re" / "wmobs" / "substreams" / "restart"
-    assert state.is_dir()  # next to Spark's own state, in the query's checkpoint
-    # A temporary file that a dead task left an hour ago goes; a live task's stays.
-    bucket = next(state.rglob("*.arrow")).parent  # of key A or B, which the next batch reads
-    stale, live = bucket / ".0.arrow.dead.tmp", bucket / ".1.arrow.live.tmp"
-    stale.write_bytes(b"")
-    live.write_bytes(b"")
-    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    checkpoint = tmp_path / "ckpt-re"
+    if engine == "jvm":
+        (operator,) = progress[-1]["stateOperators"]
+        assert operator["operatorName"] == "flatMapGroupsWithState"
+        assert operator["numRowsTotal"] == 2  # A and B
+        state = spark.read.format("statestore").load(str(checkpoint))
+        largest = sorted(r["value"]["groupState"]["largestUs"] for r in state.collect())
+        assert largest == [epoch("12:00") * 10**6, epoch("12:10") * 10**6]
+        assert not (checkpoint / "wmobs").exists()
+    else:
+        assert (checkpoint / "wmobs" / "substreams" / "re").is_dir()
     write_rows(tmp_path / "in", "2", [row(3, "12:05", "12:11", "A"), row(4, "12:01", "12:11", "B")])
-    legacy = "per-bucket" in judges[1]
-    if legacy:  # the state as an earlier wmobs wrote it, then a second batch after the restart
-        per_bucket_files(state / "64")
-        write_rows(
-            tmp_path / "in", "3", [row(5, "12:04", "12:12", "A"), row(6, "12:12", "12:12", "B")]
-        )
-    after, counts_after, _ = run_policy(
-        spark, on(judges[1], policy), tmp_path / "in", tmp_path, "re", parquet=out
-    )
+    after, counts_after, _ = run_policy(spark, policy, tmp_path / "in", tmp_path, "re", parquet=out)
     assert before == {1: epoch("12:10"), 2: epoch("12:00")}
     # 3 is behind A's 12:10 from before the restart: adjusted up to it.
-    more = {5: epoch("12:10"), 6: epoch("12:12")} if legacy else {}
-    assert after == before | {3: epoch("12:10"), 4: epoch("12:01")} | more
+    assert after == before | {3: epoch("12:10"), 4: epoch("12:01")}
     assert counts_before[("out_of_order", "adjusted")] == 0
-    assert counts_after[("out_of_order", "adjusted")] == (2 if legacy else 1)
-    assert not stale.exists() and live.exists()
-    if legacy:  # batch 2 read batch 1's task files: the per-bucket files went
-        assert [p.name for p in (state / "64").iterdir() if p.is_dir()] == []
+    assert counts_after[("out_of_order", "adjusted")] == 1
 
 
-def per_bucket_files(root: Path) -> None:
-    """The task files below ``root`` rewritten as the per-bucket layout of earlier versions
-    of wmobs, ``<bucket>/<batchId>.arrow``."""
-    import pyarrow as pa
-
-    for file in root.glob("*-*.arrow"):
-        table = pa.ipc.open_stream(file.read_bytes()).read_all()
-        keys = table.column("key").to_pylist()
-        for bucket in sorted({k % 64 for k in keys}):
-            part = table.filter(pa.array([k % 64 == bucket for k in keys]))
-            (root / str(bucket)).mkdir(exist_ok=True)
-            version = file.name.split("-")[0]
-            with pa.ipc.new_stream(str(root / str(bucket) / f"{version}.arrow"), part.schema) as w:
-                w.write_table(part)
-        file.unlink()
+def test_the_jvm_engine_refuses_the_per_key_state_files_of_wmobs_0_2(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A checkpoint with the per-key state files that wmobs 0.2 (and the Python engine) keep
+    beside Spark's: the JVM engine keeps that state in Spark's state store now and cannot read
+    them, so the query stops with an error saying what to do, rather than start every key's
+    watermark afresh unseen."""
+    files = tmp_path / "ckpt-legacy" / "wmobs" / "substreams" / "legacy" / "64"
+    files.mkdir(parents=True)
+    (files / "0-1.arrow").write_bytes(b"")
+    write_rows(tmp_path / "in", "1", [{"id": 1, "EventTime": ts("12:10"), "deviceId": "A"}])
+    policy = TimePolicy(arrival_time=None, substream_by=["deviceId"], name="legacy", engine="jvm")
+    with pytest.raises(Exception, match=r"substreams' per-key state as wmobs 0\.2") as failed:
+        run_policy(spark, policy, tmp_path / "in", tmp_path, "legacy")
+    message = str(failed.value)
+    assert str(files.parent) in message
+    assert "delete that folder" in message and "new checkpoint" in message
 
 
 @pytest.mark.parametrize(
@@ -714,6 +703,8 @@ def test_dotted_column_names_with_substreams_and_dead_letters(
 
 
 def test_an_unnamed_substream_policy_warns_where_its_state_goes(spark: Any, tmp_path: Path) -> None:
+    """On the Python engine, whose per-key state files are named after the policy. The JVM
+    engine's state is Spark's, found by its operator's place in the plan: no warning."""
     from structlog.testing import capture_logs
 
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
@@ -722,15 +713,21 @@ def test_an_unnamed_substream_policy_warns_where_its_state_goes(spark: Any, tmp_
         policy = TimePolicy(substream_by=["deviceId"])
         policy.apply(stream)
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
-    assert [entry["event"] for entry in warnings] == ["wmobs.substream_policy_unnamed"]
-    assert warnings[0]["state"].startswith("wmobs/substreams/EventTime_")
+    assert warnings == []
     # The engine of each policy, once per apply, at info, with its reason.
-    engines = [entry for entry in logs if entry["event"] == "wmobs.engine"]
-    assert [(e["policy"], e["engine"], e["log_level"]) for e in engines] == [
+    chosen = [entry for entry in logs if entry["event"] == "wmobs.engine"]
+    assert [(e["policy"], e["engine"], e["log_level"]) for e in chosen] == [
         ("devices", "jvm", "info"),
         (policy.state_name, "jvm", "info"),
     ]
-    assert "extension" in engines[0]["reason"]
+    assert "extension" in chosen[0]["reason"]
+    if "python" not in engines(spark):
+        return
+    with capture_logs() as logs:
+        TimePolicy(substream_by=["deviceId"], engine="python").apply(stream)
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert [entry["event"] for entry in warnings] == ["wmobs.substream_policy_unnamed"]
+    assert warnings[0]["state"].startswith("wmobs/substreams/EventTime_")
 
 
 @pytest.mark.parametrize("read", ["jvm", "python"])

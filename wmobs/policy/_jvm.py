@@ -15,7 +15,11 @@ Spark Connect too:
   judgement by the policy's stateless rules (``PolicyRules.java``);
 - ``wmobs_policy_observation(spec, ...)``: everything a policy observes, one aggregate;
 - ``wmobs_dead_letters(spec, row)``: a dropped row written to its task's Parquet file;
-- ``wmobs_substreams(spec, c0, c1, ...)``: substreams' per-key judge, a generator.
+- ``wmobs_substreams(spec, c0, c1, ...)``: substreams' per-key judge in Spark's state store,
+  called by name over Spark Connect (the extension's analyzer rule plans it; a classic
+  session calls ``io.wmobs.spark.Substreams.judge`` through its JVM);
+- ``wmobs_row_pack``, ``wmobs_row_unpack``, ``wmobs_row_place``: a row's columns as one
+  value, and its place in its partition, for substreams' stateful operator.
 
 A classic session started without the extension gets it from :func:`load` (the JAR added to
 the driver's class loader and to the executors', the functions registered in the session):
@@ -280,10 +284,19 @@ def dead_letters(spec: Mapping[str, Any], row: Any) -> Any:
 
 
 def substreams(df: Any, spec: Mapping[str, Any]) -> Any:
-    """``df`` judged per key by ``SubstreamGenerator`` (``spec`` as it documents, without
-    ``columns``: ``df``'s, in order): the judged rows, with the same columns and the three
-    that ``spec["appended"]`` names."""
+    """``df`` judged per key by ``Substreams.java`` (``spec`` as it documents): a plan with
+    Spark's ``flatMapGroupsWithState``, whose state the query keeps in its state store. The
+    output: ``df``'s columns without the key and the arrival time, then the three that
+    ``spec["appended"]`` names. A classic session builds the plan through its JVM; a Spark
+    Connect client calls ``wmobs_substreams`` by name, which the server's extension plans."""
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    full = {**spec, "columns": df.columns}
-    return df.select(call("wmobs_substreams", full, *[F.col(f"`{c}`") for c in df.columns]))
+    from wmobs._spark import is_connect
+
+    if is_connect(df.sparkSession):
+        full = {**spec, "columns": df.columns}
+        return df.select(call("wmobs_substreams", full, *[F.col(f"`{c}`") for c in df.columns]))
+    text = json.dumps(spec, sort_keys=True)
+    jdf = df.sparkSession._jvm.io.wmobs.spark.Substreams.judge(df._jdf, text)
+    return DataFrame(jdf, df.sparkSession)

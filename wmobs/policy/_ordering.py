@@ -90,11 +90,64 @@ def _spec(ctx: Context) -> dict[str, Any]:
     }
 
 
-def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
-    """The arrival policies, then out of order per key, in arrival order: rows partitioned by
-    key bucket, each partition judged at once with its keys' state from the checkpoint."""
+def _jvm_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> DataFrame:
+    """The JVM engine's per-key judge, in Spark's state store (``Substreams.java``)."""
     from pyspark.sql import functions as F
 
+    from wmobs.policy import _jvm
+    from wmobs.policy._idle import REAL, default_check_interval_ms
+    from wmobs.policy._substream_state import state_directory
+
+    if ctx.idle:  # real rows; Spark's timeouts make the synthetic ones
+        keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
+    staged = judge_arrival(ctx, keyed).drop(WATERMARK, BATCH_TIME)
+    drop = ctx.out_of_order_action == "drop"
+    tolerances = ctx.tolerances
+    ttl_us, idle_us = tolerances.substream_ttl_us, tolerances.idle_timeout_us
+    interval_us = tolerances.idle_check_interval_us
+    spec = {
+        "tolerance_us": tolerances.out_of_order_us,
+        "drop": drop,
+        "ttl_ms": None if ttl_us is None else max(1, ttl_us // 1000),
+        "idle_timeout_ms": None if idle_us is None else idle_us // 1000,
+        "check_interval_ms": (
+            None
+            if idle_us is None
+            else (
+                default_check_interval_ms(idle_us // 1000)
+                if interval_us is None
+                else max(1, interval_us // 1000)
+            )
+        ),
+        "candidate_bits": DROPPED_BITS,
+        "ooo_bit": OOO_DROPPED if drop else OOO_ADJUSTED,
+        "key": KEY,
+        "ts": TS,
+        "arrival": ARRIVAL,
+        "verdict": VERDICT,
+        "idle": IDLE if ctx.idle else None,
+        "appended": appended,
+        "checkpoint": ctx.checkpoint or "",
+        "files": state_directory(ctx.name).rsplit("/", 1)[0],
+    }
+    judged: DataFrame = _jvm.substreams(staged, spec)
+    return judged
+
+
+def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
+    """The arrival policies, then out of order per key, in arrival order. On the JVM engine in
+    Spark's state store (``Substreams.java``: a ``flatMapGroupsWithState`` that the query
+    checkpoints); on the Python engine rows partitioned by key bucket, each partition judged at
+    once with its keys' state from wmobs' files in the checkpoint."""
+    from pyspark.sql import functions as F
+
+    keys = [F.col(f"`{ctx.column(c)}`") for c in ctx.substream_by or ()]
+    keyed = df.withColumn(KEY, F.xxhash64(*keys))
+    # What the judge adds: a row's lateness, and its key's largest system timestamp (twice, for
+    # the batch's slowest and fastest key).
+    appended = [LATENESS, SLOWEST, FASTEST]
+    if ctx.engine.jvm:
+        return _jvm_substreams(ctx, keyed, appended)
     from wmobs.policy._substream_state import BUCKETS, state_directory
 
     if not ctx.named:
@@ -106,27 +159,14 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
             hint="pass TimePolicy(name=...) so that the per-key state is found again "
             "after a restart even if the code creates its policies in another order",
         )
-    keys = [F.col(f"`{ctx.column(c)}`") for c in ctx.substream_by or ()]
-    keyed = df.withColumn(KEY, F.xxhash64(*keys))
     if ctx.idle:
         keyed = with_heartbeat(ctx, keyed, ctx.checkpoint)
     # Partitioned by key bucket before the times and verdicts are computed, so that only
     # the input columns and the key go through the shuffle.
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
     staged = judge_arrival(ctx, partitioned).drop(WATERMARK, BATCH_TIME)
-    # What the judge adds: a row's lateness, and its partition's slowest and fastest key.
-    appended = [LATENESS, SLOWEST, FASTEST]
     output = [c for c in staged.columns if c not in (KEY, ARRIVAL)] + appended
     spec = _spec(ctx)
-    if ctx.engine.jvm:
-        from wmobs.policy import _jvm
-
-        at = {name: i for i, name in enumerate(staged.columns)}
-        positions = {"key": KEY, "ts": TS, "arrival": ARRIVAL, "verdict": VERDICT}
-        spec |= {field: at[column] for field, column in positions.items()}
-        spec |= {"idle": at[IDLE] if ctx.idle else None, "appended": appended}
-        judged: DataFrame = _jvm.substreams(staged, spec)
-        return judged.select(*[F.col(f"`{c}`") for c in output])
     nothing = F.lit(None).cast("long")  # filled by the judge
     staged = staged.withColumns({c: nothing for c in appended})
     from wmobs.policy._substream_judge import SubstreamConfig

@@ -77,11 +77,28 @@ public final class Functions {
               DeadLetterWriter.class,
               arguments -> DeadLetterWriter.build("wmobs_dead_letters", arguments)),
           new Definition(
-              "wmobs_substreams",
-              "_FUNC_(spec, c0, c1, ...) - the rows of a partition judged per key (a"
-                  + " generator).",
-              SubstreamGenerator.class,
-              arguments -> SubstreamGenerator.build("wmobs_substreams", arguments)));
+              SubstreamsCall.NAME,
+              "_FUNC_(spec, c0, c1, ...) - every column of a DataFrame judged per key, in Spark's"
+                  + " state store (planned by the extension's analyzer rule).",
+              SubstreamsCall.class,
+              SubstreamsCall::build),
+          new Definition(
+              RowBytes.PACK,
+              "_FUNC_(struct) - the struct's bytes, in Spark's row format (substreams carry a"
+                  + " row's columns through their state function as one value).",
+              RowBytes.class,
+              RowBytes::pack),
+          new Definition(
+              RowBytes.UNPACK,
+              "_FUNC_(schema, bytes) - the struct of that schema (JSON) those bytes are.",
+              RowBytes.class,
+              RowBytes::unpack),
+          new Definition(
+              RowBytes.PLACE,
+              "_FUNC_() - a row's place in its partition's input (unique in a micro-batch, the"
+                  + " same when it runs again).",
+              RowBytes.class,
+              RowBytes::place));
 
   /**
    * Registers every function in a running session (one that did not start with {@code

@@ -8,7 +8,8 @@ import scala.runtime.BoxedUnit;
 /**
  * wmobs' Spark extension: {@code spark.sql.extensions=io.wmobs.spark.WmobsExtensions}, with
  * wmobs' JAR on {@code spark.jars}, registers wmobs' functions ({@link Functions}) in every
- * session, Spark Connect's included.
+ * session, Spark Connect's included, and the analyzer rule that plans substreams called by
+ * name ({@link SubstreamsCall.Planner}).
  */
 public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -20,6 +21,7 @@ public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensi
               function.info(),
               arguments -> Functions.build(function, arguments)));
     }
+    extensions.injectResolutionRule(SubstreamsCall.Planner::new);
     return BoxedUnit.UNIT;
   }
 }

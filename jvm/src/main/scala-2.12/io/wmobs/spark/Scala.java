@@ -24,4 +24,28 @@ final class Scala {
   static <T> TraversableOnce<T> once(Iterator<T> values) {
     return JavaConverters.asScalaIterator(values);
   }
+  static org.apache.spark.sql.Dataset<org.apache.spark.sql.Row> dataset(
+      org.apache.spark.sql.SparkSession spark,
+      org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan) {
+    return org.apache.spark.sql.Dataset.ofRows(spark, plan);
+  }
+
+  static org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan(
+      org.apache.spark.sql.Dataset<?> dataset) {
+    return dataset.logicalPlan();
+  }
+
+  /** {@code child AS name}, with {@code exprId} (null: a new one). */
+  static org.apache.spark.sql.catalyst.expressions.Alias alias(
+      org.apache.spark.sql.catalyst.expressions.Expression child,
+      String name,
+      org.apache.spark.sql.catalyst.expressions.ExprId exprId) {
+    return new org.apache.spark.sql.catalyst.expressions.Alias(
+        child,
+        name,
+        exprId == null ? org.apache.spark.sql.catalyst.expressions.NamedExpression.newExprId() : exprId,
+        seq(List.of()),
+        scala.Option.empty(),
+        seq(List.of()));
+  }
 }

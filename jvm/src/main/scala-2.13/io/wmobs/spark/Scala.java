@@ -26,4 +26,29 @@ final class Scala {
   static <T> IterableOnce<T> once(Iterator<T> values) {
     return CollectionConverters.asScala(values);
   }
+  static org.apache.spark.sql.Dataset<org.apache.spark.sql.Row> dataset(
+      org.apache.spark.sql.SparkSession spark,
+      org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan) {
+    return org.apache.spark.sql.classic.Dataset.ofRows(
+        (org.apache.spark.sql.classic.SparkSession) spark, plan);
+  }
+
+  static org.apache.spark.sql.catalyst.plans.logical.LogicalPlan plan(
+      org.apache.spark.sql.Dataset<?> dataset) {
+    return ((org.apache.spark.sql.classic.Dataset<?>) dataset).logicalPlan();
+  }
+
+  /** {@code child AS name}, with {@code exprId} (null: a new one). */
+  static org.apache.spark.sql.catalyst.expressions.Alias alias(
+      org.apache.spark.sql.catalyst.expressions.Expression child,
+      String name,
+      org.apache.spark.sql.catalyst.expressions.ExprId exprId) {
+    return new org.apache.spark.sql.catalyst.expressions.Alias(
+        child,
+        name,
+        exprId == null ? org.apache.spark.sql.catalyst.expressions.NamedExpression.newExprId() : exprId,
+        seq(List.of()),
+        scala.Option.empty(),
+        seq(List.of()));
+  }
 }

@@ -1,0 +1,137 @@
+package io.wmobs.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.Iterator;
+import java.util.List;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.execution.UnsafeExternalRowSorter;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.collection.unsafe.sort.PrefixComparators;
+import org.apache.spark.util.collection.unsafe.sort.RecordComparator;
+
+/**
+ * One key's rows of a micro-batch in arrival order, then by their place in their input
+ * partition ({@code wmobs_row_place}): the order substreams judge them in. A key's rows are few
+ * in most micro-batches and sorted on the heap; past {@link #IN_MEMORY} of them they go into
+ * Spark's external sorter (its memory pages, spilled to disk when the task's memory runs short,
+ * as Spark's own sorts do), so a micro-batch of a few busy keys never holds them on the heap.
+ */
+final class KeyRows {
+  /** How many of a key's rows are sorted on the heap. */
+  static final int IN_MEMORY = 4096;
+
+  private static final Comparator<Substreams.In> ORDER =
+      Comparator.comparingLong(Substreams.In::getArrival).thenComparingLong(Substreams.In::getSeq);
+
+  private static final StructType SCHEMA =
+      new StructType()
+          .add("arrival", DataTypes.LongType, false)
+          .add("seq", DataTypes.LongType, false)
+          .add("ts", DataTypes.LongType, true)
+          .add("verdict", DataTypes.LongType, false)
+          .add("idle", DataTypes.LongType, false)
+          .add("row", DataTypes.BinaryType, true);
+
+  private KeyRows() {}
+
+  /** {@code input}'s rows, sorted. */
+  static Iterator<Substreams.In> sorted(Iterator<Substreams.In> input) {
+    List<Substreams.In> held = new ArrayList<>();
+    while (input.hasNext() && held.size() < IN_MEMORY) {
+      held.add(input.next());
+    }
+    if (!input.hasNext()) {
+      held.sort(ORDER); // a copy of them, sorted, then back: no comparisons where in order
+      return held.iterator();
+    }
+    try {
+      return external(held, input);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  private static Iterator<Substreams.In> external(
+      List<Substreams.In> held, Iterator<Substreams.In> rest) throws IOException {
+    UnsafeExternalRowSorter sorter =
+        UnsafeExternalRowSorter.createWithRecordComparator(
+            SCHEMA,
+            Order::new,
+            PrefixComparators.LONG,
+            new ArrivalPrefix(),
+            SparkEnv.get().memoryManager().pageSizeBytes(),
+            false);
+    UnsafeProjection project = UnsafeProjection.create(SCHEMA);
+    GenericInternalRow row = new GenericInternalRow(SCHEMA.length());
+    for (Substreams.In in : held) {
+      sorter.insertRow(project.apply(fill(row, in)));
+    }
+    held.clear();
+    while (rest.hasNext()) {
+      sorter.insertRow(project.apply(fill(row, rest.next())));
+    }
+    scala.collection.Iterator<InternalRow> out = sorter.sort();
+    return new Iterator<>() {
+      @Override
+      public boolean hasNext() {
+        return out.hasNext();
+      }
+
+      @Override
+      public Substreams.In next() {
+        InternalRow sorted = out.next();
+        Substreams.In in = new Substreams.In();
+        in.setArrival(sorted.getLong(0));
+        in.setSeq(sorted.getLong(1));
+        in.setTs(sorted.isNullAt(2) ? null : sorted.getLong(2));
+        in.setVerdict(sorted.getLong(3));
+        in.setIdle(sorted.getLong(4));
+        in.setRow(sorted.isNullAt(5) ? null : sorted.getBinary(5));
+        return in;
+      }
+    };
+  }
+
+  private static InternalRow fill(GenericInternalRow row, Substreams.In in) {
+    row.update(0, in.getArrival());
+    row.update(1, in.getSeq());
+    row.update(2, in.getTs());
+    row.update(3, in.getVerdict());
+    row.update(4, in.getIdle());
+    row.update(5, in.getRow());
+    return row;
+  }
+
+  /** By arrival (the prefix), then place: Spark compares records only where prefixes tie. */
+  private static final class Order extends RecordComparator {
+    private final UnsafeRow left = new UnsafeRow(SCHEMA.length());
+    private final UnsafeRow right = new UnsafeRow(SCHEMA.length());
+
+    @Override
+    public int compare(Object lo, long lOffset, int lLength, Object ro, long rOffset, int rLength) {
+      left.pointTo(lo, lOffset, lLength);
+      right.pointTo(ro, rOffset, rLength);
+      int byArrival = Long.compare(left.getLong(0), right.getLong(0));
+      return byArrival != 0 ? byArrival : Long.compare(left.getLong(1), right.getLong(1));
+    }
+  }
+
+  private static final class ArrivalPrefix extends UnsafeExternalRowSorter.PrefixComputer {
+    private final Prefix prefix = new Prefix();
+
+    @Override
+    public Prefix computePrefix(InternalRow row) {
+      prefix.value = row.getLong(0);
+      prefix.isNull = false;
+      return prefix;
+    }
+  }
+}

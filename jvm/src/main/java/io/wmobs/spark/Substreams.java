@@ -1,0 +1,618 @@
+package io.wmobs.spark;
+
+import static org.apache.spark.sql.functions.call_function;
+import static org.apache.spark.sql.functions.coalesce;
+import static org.apache.spark.sql.functions.col;
+import static org.apache.spark.sql.functions.lit;
+import static org.apache.spark.sql.functions.struct;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.NoSuchElementException;
+import java.util.Set;
+import java.util.TreeSet;
+import org.apache.spark.api.java.function.FlatMapGroupsWithStateFunction;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.streaming.GroupState;
+import org.apache.spark.sql.streaming.GroupStateTimeout;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Substreams in Spark's state store: each key's watermark kept by Spark's own stateful operator
+ * ({@code flatMapGroupsWithState}), which Spark plans, checkpoints and reports like its own
+ * (the progress' {@code stateOperators}, the Spark UI, the {@code statestore} reader). A
+ * micro-batch reads and writes the state of the keys its rows touch, and nothing else: the
+ * state store provider the query runs with (HDFS-backed, in executors' memory; RocksDB, off the
+ * heap, with changelog checkpointing where configured) keeps the rest.
+ *
+ * <p>{@link #judge} plans it: the rows are hash-partitioned by key and sorted, within each
+ * partition, by key, arrival and the order they came in ({@code monotonically_increasing_id}
+ * before the shuffle: their place in their input partition), which the operator's own
+ * requirements (partitioned and sorted by key) are satisfied by, so each key's rows reach its
+ * state function in arrival order, streamed, never held. A row's columns travel as one
+ * binary value ({@link RowBytes}), so the function sees six fields of it, never its columns.
+ * The function judges each row against its key's watermark ({@link SubstreamRules.Sorted}, the
+ * rule both engines answer to the reference cases with), and with an idle timeout or a TTL,
+ * Spark's processing-time timeouts call it again for a key without rows: its idle clock moves
+ * on ({@link IdleClock}) and a synthetic row carries it, or the key is forgotten.
+ *
+ * <p>Spec (JSON): {@code tolerance_us}, {@code drop}, {@code ttl_ms} and {@code idle_timeout_ms}
+ * (null: none), {@code check_interval_ms} (how often an idle key's clock moves on), {@code
+ * candidate_bits}, {@code ooo_bit}, the input's columns {@code key} (a long), {@code ts}, {@code
+ * arrival}, {@code verdict} and {@code idle} (null: no idle timeout), and {@code appended}: the
+ * names of the three columns the judge adds (a row's lateness, and its key's largest system
+ * timestamp after the micro-batch twice, on its last row: the smallest and largest of them are
+ * the batch's spread). The output: the input's columns without key and arrival, then those
+ * three.
+ */
+public final class Substreams {
+  /** The idle column of a real row (synthetic rows carry their firings, 0 or more). */
+  static final long REAL = -1;
+
+  private Substreams() {}
+
+  /** The spec, parsed once: an unknown or missing member is an error naming it. */
+  record Settings(
+      long toleranceUs,
+      boolean drop,
+      long ttlMs,
+      long idleTimeoutMs,
+      long checkIntervalMs,
+      long candidateBits,
+      long oooBit,
+      String key,
+      String ts,
+      String arrival,
+      String verdict,
+      String idle,
+      List<String> appended,
+      String checkpoint,
+      String files)
+      implements Serializable {
+    private static final Set<String> MEMBERS =
+        Set.of(
+            "tolerance_us", "drop", "ttl_ms", "idle_timeout_ms", "check_interval_ms",
+            "candidate_bits", "ooo_bit", "key", "ts", "arrival", "verdict", "idle", "appended",
+            "checkpoint", "files");
+    /** Members a spec may have beyond those: the arguments' names of a call by name. */
+    private static final Set<String> OPTIONAL = Set.of("columns");
+
+    static Settings parse(String text) {
+      JsonNode spec;
+      try {
+        spec = Spec.JSON.readTree(text);
+      } catch (IOException e) {
+        throw new UncheckedIOException("wmobs: the substreams' spec is not JSON: " + text, e);
+      }
+      Set<String> unknown = new TreeSet<>();
+      spec.fieldNames().forEachRemaining(unknown::add);
+      Set<String> missing = new TreeSet<>(MEMBERS);
+      missing.removeAll(unknown);
+      unknown.removeAll(MEMBERS);
+      unknown.removeAll(OPTIONAL);
+      if (!unknown.isEmpty() || !missing.isEmpty()) {
+        throw new IllegalArgumentException(
+            "wmobs: the substreams' spec has unknown members " + unknown + " and lacks "
+                + missing);
+      }
+      List<String> appended = new ArrayList<>();
+      spec.get("appended").forEach(name -> appended.add(name.asText()));
+      if (appended.size() != 3) {
+        throw new IllegalArgumentException("wmobs: substreams append 3 columns, not " + appended);
+      }
+      return new Settings(
+          spec.get("tolerance_us").asLong(),
+          spec.get("drop").asBoolean(),
+          orNone(spec, "ttl_ms"),
+          orNone(spec, "idle_timeout_ms"),
+          Math.max(1, orNone(spec, "check_interval_ms")),
+          spec.get("candidate_bits").asLong(),
+          spec.get("ooo_bit").asLong(),
+          spec.get("key").asText(),
+          spec.get("ts").asText(),
+          spec.get("arrival").asText(),
+          spec.get("verdict").asText(),
+          Spec.textOrNull(spec, "idle"),
+          List.copyOf(appended),
+          spec.get("checkpoint").asText(),
+          spec.get("files").asText());
+    }
+
+    private static long orNone(JsonNode spec, String member) {
+      JsonNode value = spec.get(member);
+      return value.isNull() ? -1 : value.asLong();
+    }
+
+    boolean timeouts() {
+      return ttlMs >= 0 || idleTimeoutMs >= 0;
+    }
+
+    SubstreamRules rules() {
+      return new SubstreamRules(toleranceUs, drop, ttlMs, idleTimeoutMs, candidateBits, oooBit);
+    }
+  }
+
+  /**
+   * {@code staged} judged per key by the policy of {@code spec}: a plan with Spark's
+   * flatMapGroupsWithState in it, which the query that runs it checkpoints.
+   */
+  public static Dataset<Row> judge(Dataset<Row> staged, String spec) {
+    Settings settings = Settings.parse(spec);
+    StructType schema = staged.schema();
+    Set<String> passed = new TreeSet<>(List.of(settings.key, settings.ts, settings.arrival,
+        settings.verdict));
+    if (settings.idle != null) {
+      passed.add(settings.idle);
+    }
+    List<StructField> carried = new ArrayList<>();
+    for (StructField field : schema.fields()) {
+      if (!passed.contains(field.name())) {
+        carried.add(field);
+      }
+    }
+    for (String name : passed) {
+      schema.apply(name); // an error naming it, where it is missing
+    }
+    StructType rowSchema = new StructType(carried.toArray(new StructField[0]));
+    Column[] rowColumns = carried.stream().map(f -> named(f.name())).toArray(Column[]::new);
+    Dataset<Row> packed =
+        staged.select(
+            named(settings.key).as("key"),
+            named(settings.ts).as("ts"),
+            coalesce(named(settings.arrival), lit(0L)).as("arrival"),
+            call_function(RowBytes.PLACE).as("seq"),
+            named(settings.verdict).cast(DataTypes.LongType).as("verdict"),
+            (settings.idle == null ? lit(REAL) : named(settings.idle))
+                .cast(DataTypes.LongType)
+                .as("idle"),
+            call_function(RowBytes.PACK, struct(rowColumns)).as("row"));
+    GroupStateTimeout timeout =
+        settings.timeouts() ? GroupStateTimeout.ProcessingTimeTimeout() : GroupStateTimeout.NoTimeout();
+    Dataset<Out> judged =
+        packed
+            .groupBy(col("key"))
+            .as(Encoders.LONG(), Encoders.bean(In.class))
+            .flatMapGroupsWithState(
+                new Judge(settings, RowBytes.placeholder(rowSchema), Legacy.onDriver(settings)),
+                OutputMode.Append(),
+                Encoders.bean(KeyState.class),
+                Encoders.bean(Out.class),
+                timeout);
+    Column row = call_function(RowBytes.UNPACK, lit(rowSchema.json()), col("row"));
+    List<Column> output = new ArrayList<>();
+    for (StructField field : output(schema, settings).fields()) {
+      String name = field.name();
+      Column value;
+      if (name.equals(settings.ts)) {
+        value = col("ts");
+      } else if (name.equals(settings.verdict)) {
+        value = col("verdict").cast(field.dataType());
+      } else if (name.equals(settings.idle)) {
+        value = col("idle").cast(field.dataType());
+      } else if (settings.appended.contains(name)) {
+        value = col(APPENDED.get(settings.appended.indexOf(name)));
+      } else {
+        value = row.getField(name);
+      }
+      output.add(value.as(name));
+    }
+    return judged.select(output.toArray(new Column[0]));
+  }
+
+  /** The judge's output fields for the appended columns, in order. */
+  private static final List<String> APPENDED = List.of("lateness", "slowest", "fastest");
+
+  /**
+   * The schema of what {@link #judge} makes of rows of {@code input}: its columns without key
+   * and arrival, then the three appended ones.
+   */
+  static StructType output(StructType input, Settings settings) {
+    List<StructField> fields = new ArrayList<>();
+    for (StructField field : input.fields()) {
+      String name = field.name();
+      if (name.equals(settings.key) || name.equals(settings.arrival)) {
+        continue;
+      }
+      if (name.equals(settings.ts)) {
+        fields.add(new StructField(name, DataTypes.LongType, true, Metadata.empty()));
+      } else if (name.equals(settings.verdict) || name.equals(settings.idle)) {
+        fields.add(new StructField(name, field.dataType(), false, Metadata.empty()));
+      } else {
+        fields.add(field);
+      }
+    }
+    for (String name : settings.appended) {
+      fields.add(new StructField(name, DataTypes.LongType, true, Metadata.empty()));
+    }
+    return new StructType(fields.toArray(new StructField[0]));
+  }
+
+  private static Column named(String name) {
+    return col("`" + name.replace("`", "``") + "`");
+  }
+
+  /**
+   * The state function: a key's rows of the micro-batch in arrival order, judged one at a time
+   * as Spark takes them; or, called for a key without rows because its timeout passed, its
+   * idle clock moved on or the key forgotten.
+   */
+  static final class Judge implements FlatMapGroupsWithStateFunction<Long, In, KeyState, Out> {
+    private static final long serialVersionUID = 1L;
+    private final Settings settings;
+    private final SubstreamRules rules;
+    private final byte[] placeholder;
+    private final Legacy legacy;
+    /** The largest moved clock a synthetic row of this task carried (one copy per task). */
+    private transient long carried = SubstreamRules.NONE;
+    private transient boolean checked;
+
+    Judge(Settings settings, byte[] placeholder, Legacy legacy) {
+      this.settings = settings;
+      this.rules = settings.rules();
+      this.placeholder = placeholder;
+      this.legacy = legacy;
+    }
+
+    @Override
+    public Iterator<Out> call(Long key, Iterator<In> rows, GroupState<KeyState> state) {
+      if (!checked) {
+        legacy.check();
+        checked = true;
+      }
+      long now = state.getCurrentProcessingTimeMs();
+      long[] clock = state.exists() ? state.get().clock() : null;
+      if (clock != null && settings.ttlMs >= 0 && clock[1] < now - settings.ttlMs) {
+        clock = null; // not seen for the TTL: the key starts afresh
+      }
+      if (state.hasTimedOut()) {
+        return timedOut(clock, now, state);
+      }
+      return new Rows(key, clock, now, rows, state);
+    }
+
+    /** A key without rows whose timeout passed: forgotten, or its idle clock moved on. */
+    private Iterator<Out> timedOut(long[] clock, long now, GroupState<KeyState> state) {
+      if (clock == null || settings.idleTimeoutMs < 0) {
+        state.remove();
+        return Collections.emptyIterator();
+      }
+      int moved = IdleClock.advance(clock, now, settings.idleTimeoutMs);
+      keep(state, clock, now);
+      if (moved == IdleClock.ACTIVE) {
+        return Collections.emptyIterator();
+      }
+      // The watermark takes the largest clock: a task's synthetic rows carry only what moves
+      // it past what they carried before, and every firing.
+      if (carried != SubstreamRules.NONE && clock[0] <= carried && moved != IdleClock.FIRED) {
+        return Collections.emptyIterator();
+      }
+      carried = carried == SubstreamRules.NONE ? clock[0] : Math.max(carried, clock[0]);
+      Out synthetic = new Out();
+      synthetic.setTs(clock[0]);
+      synthetic.setVerdict(0);
+      synthetic.setIdle(moved == IdleClock.FIRED ? 1 : 0);
+      synthetic.setRow(placeholder);
+      return List.of(synthetic).iterator();
+    }
+
+    /** The key's state saved, and when it is called again without rows, if ever. */
+    private void keep(GroupState<KeyState> state, long[] clock, long now) {
+      state.update(KeyState.of(clock));
+      if (!settings.timeouts()) {
+        return;
+      }
+      long due = Long.MAX_VALUE;
+      if (settings.idleTimeoutMs >= 0) {
+        due = clock[2] < 0 ? clock[1] + settings.idleTimeoutMs : now + settings.checkIntervalMs;
+      }
+      if (settings.ttlMs >= 0) {
+        due = Math.min(due, clock[1] + settings.ttlMs);
+      }
+      state.setTimeoutDuration(Math.max(due - now, 1));
+    }
+
+    /**
+     * A key's rows, judged in arrival order (then their place in their input partition), its
+     * state saved after the last. Spark hands a key's rows in the order its shuffle brought
+     * them: they are sorted here, a key at a time (Spark refuses a sort in a streaming plan).
+     */
+    private final class Rows implements Iterator<Out> {
+      private final long key;
+      private final Iterator<In> rows;
+      private final GroupState<KeyState> state;
+      private final long now;
+      private final Map<Long, long[]> keys = new HashMap<>(2);
+      private final SubstreamRules.Sorted judged;
+      private final boolean forgotten;
+
+      Rows(long key, long[] clock, long now, Iterator<In> input, GroupState<KeyState> state) {
+        this.key = key;
+        this.rows = KeyRows.sorted(input);
+        this.state = state;
+        this.now = now;
+        this.forgotten = clock == null && state.exists();
+        if (clock != null) {
+          keys.put(key, clock);
+        }
+        judged = rules.sorted(keys, now);
+      }
+
+      @Override
+      public boolean hasNext() {
+        return rows.hasNext();
+      }
+
+      @Override
+      public Out next() {
+        if (!rows.hasNext()) {
+          throw new NoSuchElementException();
+        }
+        In in = rows.next();
+        Long ts = in.getTs();
+        judged.row(key, ts == null ? 0 : ts, in.getVerdict());
+        Out out = new Out();
+        out.setTs(ts == null ? null : judged.system);
+        out.setVerdict(judged.verdict);
+        out.setIdle(in.getIdle());
+        out.setLateness(judged.behind >= 0 ? judged.behind : null);
+        out.setRow(in.getRow());
+        if (!rows.hasNext()) {
+          long[] spread = judged.finish();
+          if (spread[0] != SubstreamRules.NONE) {
+            out.setSlowest(spread[0]);
+            out.setFastest(spread[1]);
+          }
+          long[] after = keys.get(key);
+          if (after != null) {
+            keep(state, after, now);
+          } else if (forgotten) {
+            state.remove();
+          }
+        }
+        return out;
+      }
+    }
+  }
+
+  /**
+   * The per-key state files of wmobs 0.2 (and of the Python engine) below the query's
+   * checkpoint: Spark's state store cannot take them over, so a query that finds them stops
+   * with an error that says what to do, rather than start every key's watermark afresh
+   * unseen. Looked for once per executor and query.
+   */
+  record Legacy(
+      Hadoop.Checkpoint checkpoint,
+      String files,
+      org.apache.spark.broadcast.Broadcast<org.apache.spark.util.SerializableConfiguration> conf)
+      implements Serializable {
+    private static final Set<String> ABSENT = java.util.concurrent.ConcurrentHashMap.newKeySet();
+
+    static Legacy onDriver(Settings settings) {
+      return new Legacy(
+          Hadoop.Checkpoint.onDriver(settings.checkpoint), settings.files, Hadoop.sessionConf());
+    }
+
+    void check() {
+      org.apache.spark.TaskContext task = org.apache.spark.TaskContext.get();
+      if (task == null) {
+        return;
+      }
+      String root = checkpoint.in(task) + "/" + files;
+      String key = root + "\n" + task.getLocalProperty("sql.streaming.queryId");
+      if (ABSENT.contains(key)) {
+        return;
+      }
+      org.apache.hadoop.fs.Path path = new org.apache.hadoop.fs.Path(root);
+      boolean found;
+      try {
+        found = path.getFileSystem(conf.value().value()).exists(path);
+      } catch (IOException e) {
+        throw new UncheckedIOException("wmobs: could not look for " + root, e);
+      }
+      if (found) {
+        throw new IllegalStateException(message(root));
+      }
+      ABSENT.add(key);
+    }
+
+    /** What a query on a checkpoint with the per-key state files of wmobs 0.2 is told. */
+    static String message(String root) {
+      return "wmobs: the checkpoint holds substreams' per-key state as wmobs 0.2 (or the Python"
+          + " engine) kept it, in " + root + "; the JVM engine now keeps it in Spark's state"
+          + " store and cannot read those files. To go on with every key's watermark starting"
+          + " afresh, delete that folder and start the query again; to keep the keys'"
+          + " watermarks, run this checkpoint with wmobs 0.2 (or engine=\"python\"), or start"
+          + " the query on a new checkpoint.";
+    }
+  }
+
+  /** A row on its way into the state function. */
+  public static final class In implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private Long ts;
+    private long arrival;
+    private long seq;
+    private long verdict;
+    private long idle;
+    private byte[] row;
+
+    public Long getTs() {
+      return ts;
+    }
+
+    public void setTs(Long ts) {
+      this.ts = ts;
+    }
+
+    public long getArrival() {
+      return arrival;
+    }
+
+    public void setArrival(long arrival) {
+      this.arrival = arrival;
+    }
+
+    public long getSeq() {
+      return seq;
+    }
+
+    public void setSeq(long seq) {
+      this.seq = seq;
+    }
+
+    public long getVerdict() {
+      return verdict;
+    }
+
+    public void setVerdict(long verdict) {
+      this.verdict = verdict;
+    }
+
+    public long getIdle() {
+      return idle;
+    }
+
+    public void setIdle(long idle) {
+      this.idle = idle;
+    }
+
+    public byte[] getRow() {
+      return row;
+    }
+
+    public void setRow(byte[] row) {
+      this.row = row;
+    }
+  }
+
+  /** A row on its way out: judged, or synthetic (an idle clock moved on). */
+  public static final class Out implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private Long ts;
+    private long verdict;
+    private long idle = REAL;
+    private Long lateness;
+    private Long slowest;
+    private Long fastest;
+    private byte[] row;
+
+    public Long getTs() {
+      return ts;
+    }
+
+    public void setTs(Long ts) {
+      this.ts = ts;
+    }
+
+    public long getVerdict() {
+      return verdict;
+    }
+
+    public void setVerdict(long verdict) {
+      this.verdict = verdict;
+    }
+
+    public long getIdle() {
+      return idle;
+    }
+
+    public void setIdle(long idle) {
+      this.idle = idle;
+    }
+
+    public Long getLateness() {
+      return lateness;
+    }
+
+    public void setLateness(Long lateness) {
+      this.lateness = lateness;
+    }
+
+    public Long getSlowest() {
+      return slowest;
+    }
+
+    public void setSlowest(Long slowest) {
+      this.slowest = slowest;
+    }
+
+    public Long getFastest() {
+      return fastest;
+    }
+
+    public void setFastest(Long fastest) {
+      this.fastest = fastest;
+    }
+
+    public byte[] getRow() {
+      return row;
+    }
+
+    public void setRow(byte[] row) {
+      this.row = row;
+    }
+  }
+
+  /**
+   * A key's state in Spark's state store: its largest system timestamp (µs), when it last had
+   * input, and up to when its idle clock has run (-1: not idle since).
+   */
+  public static final class KeyState implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private long largestUs;
+    private long seenMs;
+    private long idleUntilMs = -1;
+
+    static KeyState of(long[] clock) {
+      KeyState state = new KeyState();
+      state.largestUs = clock[0];
+      state.seenMs = clock[1];
+      state.idleUntilMs = clock[2];
+      return state;
+    }
+
+    long[] clock() {
+      return new long[] {largestUs, seenMs, idleUntilMs};
+    }
+
+    public long getLargestUs() {
+      return largestUs;
+    }
+
+    public void setLargestUs(long largestUs) {
+      this.largestUs = largestUs;
+    }
+
+    public long getSeenMs() {
+      return seenMs;
+    }
+
+    public void setSeenMs(long seenMs) {
+      this.seenMs = seenMs;
+    }
+
+    public long getIdleUntilMs() {
+      return idleUntilMs;
+    }
+
+    public void setIdleUntilMs(long idleUntilMs) {
+      this.idleUntilMs = idleUntilMs;
+    }
+  }
+}

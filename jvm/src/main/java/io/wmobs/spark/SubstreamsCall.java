@@ -1,0 +1,158 @@
+package io.wmobs.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Iterator;
+import java.util.List;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.Generate;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Substreams called by name: {@code wmobs_substreams(spec, c0, c1, ...)} over every column of
+ * a DataFrame, in a {@code select} of its own, is what a Spark Connect client (or SQL) sends;
+ * the extension's analyzer rule ({@link Planner}) replaces it with the plan {@link
+ * Substreams#judge} builds, Spark's {@code flatMapGroupsWithState} in it, before Spark checks
+ * or runs the query. (A classic session's Python side calls {@code Substreams.judge} itself:
+ * the rule exists only in sessions that started with the extension.) The call is a generator
+ * with the plan's output as its rows' schema, which is never evaluated.
+ *
+ * <p>{@code spec}: the substreams' spec ({@link Substreams}) with {@code columns}, the
+ * arguments' names, in order.
+ */
+public final class SubstreamsCall extends WmobsGenerator implements Serializable {
+  private static final long serialVersionUID = 1L;
+  static final String NAME = "wmobs_substreams";
+
+  private final String spec;
+  private final List<String> names;
+  private final List<Expression> columns;
+
+  private SubstreamsCall(String spec, List<String> names, List<Expression> columns) {
+    this.spec = spec;
+    this.names = List.copyOf(names);
+    this.columns = List.copyOf(columns);
+  }
+
+  /** The function, built from its arguments (the spec first). */
+  static Expression build(List<Expression> arguments) {
+    String text = Spec.text(NAME, arguments);
+    JsonNode spec = Spec.json(NAME, arguments);
+    List<String> names = new ArrayList<>();
+    JsonNode listed = spec.get("columns");
+    if (listed == null || !listed.isArray()) {
+      throw new IllegalArgumentException("wmobs: " + NAME + "'s spec names its columns");
+    }
+    listed.forEach(name -> names.add(name.asText()));
+    List<Expression> columns = Spec.rest(arguments);
+    Spec.arity(NAME, columns, names.size());
+    Substreams.Settings.parse(text); // an error in the spec now, not when planned
+    return new SubstreamsCall(text, names, columns);
+  }
+
+  /** The input as {@link Substreams#judge} takes it: the arguments, with their names. */
+  private StructType input() {
+    StructType schema = new StructType();
+    for (int i = 0; i < names.size(); i++) {
+      Expression column = columns.get(i);
+      schema = schema.add(names.get(i), column.dataType(), column.nullable());
+    }
+    return schema;
+  }
+
+  @Override
+  public StructType elementSchema() {
+    return Substreams.output(input(), Substreams.Settings.parse(spec));
+  }
+
+  @Override
+  protected Iterator<InternalRow> rows(InternalRow row) {
+    throw new IllegalStateException(
+        "wmobs: " + NAME + " is planned by wmobs' Spark extension, which this session lacks: "
+            + "start it with spark.sql.extensions=" + WmobsExtensions.class.getName());
+  }
+
+  @Override
+  protected Iterator<InternalRow> finish() {
+    return Collections.emptyIterator();
+  }
+
+  @Override
+  protected List<Expression> arguments() {
+    return columns;
+  }
+
+  @Override
+  protected Expression withArguments(List<Expression> arguments) {
+    return new SubstreamsCall(spec, names, arguments);
+  }
+
+  @Override
+  protected List<Object> fields() {
+    return List.of(spec, names, children());
+  }
+
+  @Override
+  public String prettyName() {
+    return NAME;
+  }
+
+  /** The plan of {@code call} over {@code child}, its output as the call's {@code output}. */
+  LogicalPlan plan(SparkSession spark, LogicalPlan child, List<Attribute> output) {
+    List<NamedExpression> projected = new ArrayList<>();
+    for (int i = 0; i < names.size(); i++) {
+      projected.add(Scala.alias(columns.get(i), names.get(i), null));
+    }
+    Dataset<Row> staged = Scala.dataset(spark, new Project(Scala.seq(projected), child));
+    LogicalPlan judged = Scala.plan(Substreams.judge(staged, spec));
+    List<Attribute> made = Scala.list(judged.output());
+    List<NamedExpression> renamed = new ArrayList<>();
+    for (int i = 0; i < output.size(); i++) {
+      Attribute target = output.get(i);
+      renamed.add(Scala.alias(made.get(i), target.name(), target.exprId()));
+    }
+    return new Project(Scala.seq(renamed), judged);
+  }
+
+  /**
+   * The extension's analyzer rule: each resolved {@code wmobs_substreams} call replaced with
+   * its plan.
+   */
+  public static final class Planner extends Rule<LogicalPlan> {
+    private final SparkSession spark;
+
+    public Planner(SparkSession spark) {
+      this.spark = spark;
+    }
+
+    @Override
+    public LogicalPlan apply(LogicalPlan plan) {
+      List<LogicalPlan> children = Scala.list(plan.children());
+      List<LogicalPlan> replaced = new ArrayList<>(children.size());
+      boolean changed = false;
+      for (LogicalPlan child : children) {
+        LogicalPlan after = apply(child);
+        changed |= after != child;
+        replaced.add(after);
+      }
+      LogicalPlan node = changed ? plan.withNewChildren(Scala.seq(replaced)) : plan;
+      if (node instanceof Generate generate
+          && generate.generator() instanceof SubstreamsCall call
+          && generate.resolved()) {
+        return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
+      }
+      return node;
+    }
+  }
+}
