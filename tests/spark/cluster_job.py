@@ -227,8 +227,8 @@ def main() -> None:
             for path in (
                 "c_idle-ckpt/offsets",
                 "c_idle_sub-ckpt/offsets",
-                "c_idle_sub-ckpt/wmobs",
-                "roots/c_sub/wmobs",
+                "c_idle_sub-ckpt/state",
+                "roots/c_sub/state",
             )
         )
         bucket = s3.create_bucket("wmobs-cluster")

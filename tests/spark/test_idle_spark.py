@@ -230,15 +230,43 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
             what=f"the listener counting {2 + len(sent_b)} input rows",
         )
 
-    if engine == "jvm":  # Spark's processing-time timeouts: no heartbeat; Spark's own state
-        assert heartbeat_sources(query) == []
+    (source,) = heartbeat_sources(query)
+    assert ("IdleHeartbeat" in source) == (engine == "jvm"), source
+    if engine == "jvm":  # Spark's processing-time timeouts, and Spark's own state
         wait_until(lambda: keys_held(query) == 0, what="idle keys evicted", timeout=60)
     else:
-        (source,) = heartbeat_sources(query)
-        assert "IdleHeartbeat" not in source, source
         store = StateStore(str(tmp_path / "ckpt-subs_q" / state_directory(f"subs_{engine}")))
         wait_until(lambda: store.stored_keys() == 0, what="idle keys evicted", timeout=60)
     query.stop()
+
+
+@pytest.mark.parametrize("timeout", ["idle_timeout", "substream_ttl"])
+def test_substreams_with_timeouts_refuse_available_now(
+    spark: Any, tmp_path: Path, timeout: str
+) -> None:
+    """The JVM engine's substreams keep idle clocks and TTL with Spark's processing-time
+    timeouts, for which Spark runs a micro-batch after every micro-batch: under
+    ``Trigger.AvailableNow`` the query would never end. It stops when it starts, saying so."""
+    policy = TimePolicy(
+        event_time="EventTime",
+        arrival_time=None,
+        substream_by=["deviceId"],
+        engine="jvm",
+        **{timeout: "1 second"},  # type: ignore[arg-type]
+    )
+    write_rows(tmp_path / "in", "a", events("A", [time.time()]))
+    source = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    checkpoint = str(tmp_path / "ckpt")
+    query = (
+        policy.apply(source, checkpoint_location=checkpoint)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match=r"a Trigger\.AvailableNow query would never end"):
+        query.awaitTermination(60)
+    assert not query.isActive
 
 
 def keys_held(query: Any) -> int | None:

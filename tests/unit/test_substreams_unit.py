@@ -277,3 +277,23 @@ def test_many_keys_over_the_widest_timestamps() -> None:
     assert got.system_us.tolist() == [year9999] * 80  # every second event is adjusted up
     assert got.out_of_order.tolist() == [False, True] * 40
     assert got.new_max == dict.fromkeys(range(40), year9999)
+
+
+def test_the_python_engine_warns_once_when_a_task_holds_many_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its substreams read and rewrite every key their buckets hold, each micro-batch: past
+    100,000 keys in a task, one warning per Python worker names how many."""
+    from structlog.testing import capture_logs
+
+    from wmobs.policy import _substream_stage
+
+    monkeypatch.setattr(_substream_stage, "_WARNED", set())
+    with capture_logs() as logs:
+        _substream_stage._warn_if_many(_substream_stage.MANY_KEYS)
+        _substream_stage._warn_if_many(_substream_stage.MANY_KEYS + 1)
+        _substream_stage._warn_if_many(10 * _substream_stage.MANY_KEYS)
+    assert [(e["event"], e["keys_held"]) for e in logs] == [
+        ("wmobs.substream_keys_many", _substream_stage.MANY_KEYS + 1)
+    ]
+    assert "JVM engine" in logs[0]["hint"]

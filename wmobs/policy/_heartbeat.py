@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["JVM_SOURCE", "with_heartbeat"]
+__all__ = ["JVM_SOURCE", "refusing_available_now", "with_heartbeat"]
 
 JVM_SOURCE = "io.wmobs.spark.IdleHeartbeat"
 
@@ -29,13 +29,20 @@ def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataF
     return marked.unionByName(_heartbeat(ctx, marked, checkpoint))
 
 
+def refusing_available_now(ctx: Context, df: DataFrame) -> DataFrame:
+    """``df`` with the JVM heartbeat in its substreams mode, which never ticks and refuses
+    ``Trigger.AvailableNow`` when the query starts: the JVM engine's substreams keep their idle
+    clocks and TTL with Spark's processing-time timeouts, and Spark runs a micro-batch for
+    those after every micro-batch, so such a query would never end."""
+    return df.unionByName(_heartbeat(ctx, df, ctx.checkpoint))
+
+
 def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFrame:
     from pyspark.sql import functions as F
 
     from wmobs.policy._substream_state import BUCKETS
 
     tolerances = ctx.tolerances
-    assert tolerances.idle_timeout_us is not None
     spark = like.sparkSession
     if ctx.engine.jvm:
         source = JVM_SOURCE
@@ -44,7 +51,7 @@ def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFra
 
         spark.dataSource.register(IdleHeartbeatSource)
         source = SOURCE_NAME
-    timeout_ms = tolerances.idle_timeout_us // 1000
+    timeout_ms = (tolerances.idle_timeout_us or 0) // 1000
     interval_us = tolerances.idle_check_interval_us
     interval_ms = (
         default_check_interval_ms(timeout_ms) if interval_us is None else interval_us // 1000

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmobs.policy._arrival import judge_arrival, judge_jvm, replace
 from wmobs.policy._context import Context
-from wmobs.policy._heartbeat import with_heartbeat
+from wmobs.policy._heartbeat import refusing_available_now, with_heartbeat
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
@@ -98,12 +98,14 @@ def _jvm_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Data
     from wmobs.policy._idle import REAL, default_check_interval_ms
     from wmobs.policy._substream_state import state_directory
 
-    if ctx.idle:  # real rows; Spark's timeouts make the synthetic ones
-        keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
-    staged = judge_arrival(ctx, keyed).drop(WATERMARK, BATCH_TIME)
-    drop = ctx.out_of_order_action == "drop"
     tolerances = ctx.tolerances
     ttl_us, idle_us = tolerances.substream_ttl_us, tolerances.idle_timeout_us
+    if ctx.idle:  # real rows; Spark's timeouts make the synthetic ones
+        keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
+    if idle_us is not None or ttl_us is not None:
+        keyed = refusing_available_now(ctx, keyed)
+    staged = judge_arrival(ctx, keyed).drop(WATERMARK, BATCH_TIME)
+    drop = ctx.out_of_order_action == "drop"
     interval_us = tolerances.idle_check_interval_us
     spec = {
         "tolerance_us": tolerances.out_of_order_us,

@@ -109,6 +109,7 @@ def substream_stage(
         if store is not None and where is not None:
             loaded = store.load(buckets, where[0])
         state = KeyState.concat(loaded.values())
+        _warn_if_many(len(state.keys))
         judged, state = judge_partition(
             state,
             keys[real],
@@ -157,6 +158,29 @@ def substream_stage(
             yield _synthetic_row(parts, beats, columns, judged.synthetic, schema)
 
     return stage
+
+
+MANY_KEYS = 100_000
+"""Keys held in one task's buckets past which the Python engine's substreams warn: each
+micro-batch reads and rewrites every key its buckets hold."""
+_WARNED: set[str] = set()
+
+
+def _warn_if_many(held: int) -> None:
+    """One warning per Python worker once a task's buckets hold more than :data:`MANY_KEYS`
+    keys (on the executor's log; the driver's console in local mode)."""
+    if held <= MANY_KEYS or _WARNED:
+        return
+    _WARNED.add("keys")
+    from wmobs._log import get_logger
+
+    get_logger().warning(
+        "wmobs.substream_keys_many",
+        keys_held=held,
+        hint="the Python engine's substreams read and rewrite every key their buckets hold in "
+        "each micro-batch, so a micro-batch costs time in proportion to the keys held; the JVM "
+        "engine keeps them in Spark's state store, at the cost of the keys a micro-batch touches",
+    )
 
 
 def _spread_columns(

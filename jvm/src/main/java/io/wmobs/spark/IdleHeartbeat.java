@@ -43,23 +43,34 @@ import org.apache.spark.util.SerializableConfiguration;
  * that idle timeout needs no Python data source (Spark 3.5 has none).
  *
  * <p>On the driver, {@link Stream#latestOffset(Offset, ReadLimit)} decides whether a tick is
- * due: globally only once the query has had no input for the timeout (judged from its offsets
- * log: a batch had input when a source other than the heartbeat moved its offset), with
- * substreams every check interval (any key may be idle). A tick is a new offset ({@code
- * {"wmobs_idle_tick": <ms>, "idle_since": <ms>}}), so Spark runs a micro-batch although no
- * other source has data. In the task, the tick becomes rows ({@code wmobs_idle_bucket INT,
- * wmobs_idle_ts_us LONG, wmobs_idle_firings LONG}): globally the one synthetic row that moves
- * the watermark ({@link IdleClock} from the batch's watermark), with substreams one wake-up row
- * per key bucket, and the per-key judge decides.
+ * due: only once the query has had no input for the timeout (judged from its offsets log: a
+ * batch had input when a source other than the heartbeat moved its offset). A tick is a new
+ * offset ({@code {"wmobs_idle_tick": <ms>, "idle_since": <ms>}}), so Spark runs a micro-batch
+ * although no other source has data. In the task, the tick becomes the one synthetic row
+ * ({@code wmobs_idle_bucket INT, wmobs_idle_ts_us LONG, wmobs_idle_firings LONG}) that moves the
+ * watermark ({@link IdleClock} from the batch's watermark).
+ *
+ * <p>With substreams ({@code mode} substreams) the JVM engine's keys keep their clocks with
+ * Spark's processing-time timeouts ({@link Substreams}), which make Spark run a micro-batch at
+ * every trigger. The source yields no rows; it refuses {@code Trigger.AvailableNow}, which such
+ * timeouts keep running for ever (Spark asks for another micro-batch after each one), and on
+ * Spark 3.5, which reports no observed metrics for a micro-batch without new data, it ticks in
+ * every micro-batch, so that the firings of the timeouts Spark runs there are counted.
  *
  * <p>Options: {@code mode} (global or substreams), {@code checkpoint} (the query's; "" for the
  * one Spark gives the source), {@code timeout_ms}, {@code interval_ms}, {@code delay_ms} (the
- * out-of-order tolerance), {@code buckets}.
+ * out-of-order tolerance).
  */
 public final class IdleHeartbeat implements TableProvider {
   static final String TICK = IdleClock.TICK;
   static final String IDLE_SINCE = "idle_since";
   static final String AVAILABLE_NOW = "available_now";
+  /** Why substreams with timeouts refuse {@code Trigger.AvailableNow} (the Python side too). */
+  static final String AVAILABLE_NOW_REFUSED =
+      "wmobs: substreams with idle_timeout or substream_ttl keep each key's clock with Spark's"
+          + " processing-time timeouts, which Spark runs a micro-batch for at every trigger: a"
+          + " Trigger.AvailableNow query would never end. Run it with a processing-time trigger"
+          + " (trigger(processingTime=...)), or without idle_timeout and substream_ttl.";
   static final StructType SCHEMA =
       new StructType()
           .add("wmobs_idle_bucket", DataTypes.IntegerType)
@@ -170,7 +181,8 @@ public final class IdleHeartbeat implements TableProvider {
     final long timeoutMs;
     final long intervalMs;
     final long delayMs;
-    final int buckets;
+    /** Substreams on a Spark whose micro-batches without new data lose their observations. */
+    final boolean tickEveryBatch;
     final Broadcast<SerializableConfiguration> conf;
 
     Settings(Map<String, String> options, String sourceCheckpoint) {
@@ -184,7 +196,7 @@ public final class IdleHeartbeat implements TableProvider {
       timeoutMs = Long.parseLong(options.get("timeout_ms"));
       intervalMs = Long.parseLong(options.get("interval_ms"));
       delayMs = Long.parseLong(options.getOrDefault("delay_ms", "0"));
-      buckets = Integer.parseInt(options.getOrDefault("buckets", "0"));
+      tickEveryBatch = !global && org.apache.spark.package$.MODULE$.SPARK_VERSION().startsWith("3.");
       conf = Hadoop.sessionConf();
     }
   }
@@ -212,6 +224,9 @@ public final class IdleHeartbeat implements TableProvider {
      */
     @Override
     public void prepareForTriggerAvailableNow() {
+      if (!settings.global) {
+        throw new IllegalStateException(AVAILABLE_NOW_REFUSED);
+      }
       availableNowAt = System.currentTimeMillis();
     }
 
@@ -235,11 +250,11 @@ public final class IdleHeartbeat implements TableProvider {
       Tick start = startOffset == null ? new Tick(0, -1, false) : Tick.parse(startOffset.json());
       boolean availableNow = availableNowAt >= 0;
       long now = availableNow ? availableNowAt : System.currentTimeMillis();
+      if (!settings.global) { // substreams: Spark's timeouts run the micro-batches
+        return settings.tickEveryBatch && now > start.tick ? new Tick(now, -1, false) : start;
+      }
       if (now - start.tick < settings.intervalMs) {
         return start;
-      }
-      if (!settings.global) {
-        return new Tick(now, -1, availableNow);
       }
       if (now >= nextRefresh) {
         try {
@@ -260,7 +275,7 @@ public final class IdleHeartbeat implements TableProvider {
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
       Tick from = Tick.parse(start.json());
       Tick to = Tick.parse(end.json());
-      if (from.tick == to.tick) {
+      if (!settings.global || from.tick == to.tick) {
         return new InputPartition[0];
       }
       return new InputPartition[] {new Beat(from, to)};
@@ -285,14 +300,10 @@ public final class IdleHeartbeat implements TableProvider {
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
       Beat beat = (Beat) partition;
       List<InternalRow> rows = new ArrayList<>();
-      if ((settings.global || beat.end().availableNow) && readInput()) {
+      if (readInput()) {
         // The query is not idle: a source had input in this very micro-batch (a tick decided
         // as a restarted query or an AvailableNow run met a backlog). No clock moves, or the
         // backlog's rows that later micro-batches read would be judged against it.
-      } else if (!settings.global) {
-        for (int bucket = 0; bucket < settings.buckets; bucket++) { // each decides per key
-          rows.add(new GenericInternalRow(new Object[] {bucket, null, 0L}));
-        }
       } else {
         long[] synthetic = synthetic(beat);
         if (synthetic != null) {
