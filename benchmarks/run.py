@@ -311,9 +311,15 @@ def _policy_input(spark: Any, directory: Path, rows: int, files: int) -> str:
     return "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device10 LONG, device10k LONG"
 
 
-def _windowed_count(df: Any, time_column: str, checkpoint: str) -> Any:
-    """A 10-second windowed count of ``df`` to the ``noop`` sink, run until the input is
-    processed; the stopped query (its progress)."""
+_PROGRESS_KEPT = {"spark.sql.streaming.numRecentProgressUpdates": "1000"}
+"""Progress kept per query: a query with an idle timeout runs micro-batches without data too."""
+
+
+def _windowed_count(df: Any, time_column: str, checkpoint: str, rows: int) -> Any:
+    """A 10-second windowed count of ``df`` to the ``noop`` sink, run until it has read its
+    ``rows`` input rows; the stopped query (its progress). Not ``processAllAvailable``: a query
+    with substreams' processing-time timeouts (idle timeout) always has a micro-batch to run,
+    and Spark's wait for one without never ends."""
     from pyspark.sql import functions as F
 
     query = (
@@ -325,7 +331,12 @@ def _windowed_count(df: Any, time_column: str, checkpoint: str) -> Any:
         .trigger(processingTime="0 seconds")
         .start()
     )
-    query.processAllAvailable()
+    deadline = time.monotonic() + 600
+    while sum(p["numInputRows"] for p in query.recentProgress) < rows:
+        if query.exception() is not None or time.monotonic() > deadline:
+            query.stop()
+            raise RuntimeError(f"the benchmark's query did not read its {rows:,} rows")
+        time.sleep(0.02)
     query.stop()
     return query
 
@@ -438,7 +449,9 @@ def bench_policy(
 
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench-policy", extension=configured)  # False: as a user gets it
+    spark = local_spark(  # extension=False: as a user gets it
+        "wmobs-bench-policy", conf=_PROGRESS_KEPT, extension=configured
+    )
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
     files = 40
     schema = _policy_input(spark, work / "in", rows, files)
@@ -455,7 +468,7 @@ def bench_policy(
         stream = (
             spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
         ).parquet(str(work / "in"))
-        query = _windowed_count(make(stream, checkpoint), time_column, checkpoint)
+        query = _windowed_count(make(stream, checkpoint), time_column, checkpoint, rows)
         first, last = query.recentProgress[0], query.recentProgress[-1]
         begin = parse_timestamp(first["timestamp"])
         end = parse_timestamp(last["timestamp"])
@@ -543,7 +556,7 @@ def bench_breakdown(rows: int, runs: int, only: list[str] | None = None) -> dict
         make, column = makers[name]
         reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", files // 10)
         stream = make(reader.parquet(str(work / "in")), checkpoint)
-        query = _windowed_count(stream, column, checkpoint)
+        query = _windowed_count(stream, column, checkpoint, rows)
         stages = {s["stageId"]: s for s in get("stages?status=complete")}
         batches: dict[int, dict[str, float]] = {}
         for job in get("jobs"):
@@ -624,7 +637,9 @@ def bench_latency(
 
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench-latency", extension=configured)  # False: as a user gets it
+    spark = local_spark(  # extension=False: as a user gets it
+        "wmobs-bench-latency", conf=_PROGRESS_KEPT, extension=configured
+    )
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-latency-"))
     schema = _policy_input(spark, work / "in", batches * rows_per_batch, batches)
     makers = _policy_makers(work)
@@ -637,7 +652,10 @@ def bench_latency(
         shutil.rmtree(work / "dead", ignore_errors=True)
         stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
         query = _windowed_count(
-            make(stream.parquet(str(work / "in")), checkpoint), column, checkpoint
+            make(stream.parquet(str(work / "in")), checkpoint),
+            column,
+            checkpoint,
+            batches * rows_per_batch,
         )
         data = [p for p in query.recentProgress if p["numInputRows"]]
         return [p["durationMs"]["triggerExecution"] / 1000 for p in data[1:]]

@@ -104,7 +104,10 @@ def _jvm_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Data
         keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
     if idle_us is not None or ttl_us is not None:
         keyed = refusing_available_now(ctx, keyed)
-    staged = judge_arrival(ctx, keyed).drop(WATERMARK, BATCH_TIME)
+    # Shuffled by key before the times and verdicts are computed, so that only the input
+    # columns and the key go through the shuffle; the operator's partitioning is this one.
+    partitioned = keyed.repartition(F.col(KEY))
+    staged = judge_arrival(ctx, partitioned).drop(WATERMARK, BATCH_TIME)
     drop = ctx.out_of_order_action == "drop"
     interval_us = tolerances.idle_check_interval_us
     spec = {

@@ -49,7 +49,9 @@ final class KeyRows {
       held.add(input.next());
     }
     if (!input.hasNext()) {
-      held.sort(ORDER); // a copy of them, sorted, then back: no comparisons where in order
+      if (!inOrder(held)) {
+        held.sort(ORDER);
+      }
       return held.iterator();
     }
     try {
@@ -57,6 +59,15 @@ final class KeyRows {
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
+  }
+
+  private static boolean inOrder(List<Substreams.In> rows) {
+    for (int i = 1; i < rows.size(); i++) {
+      if (ORDER.compare(rows.get(i - 1), rows.get(i)) > 0) {
+        return false;
+      }
+    }
+    return true;
   }
 
   private static Iterator<Substreams.In> external(
