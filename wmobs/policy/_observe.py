@@ -139,6 +139,12 @@ def _counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> list[Column]
     return counts
 
 
+def kept_directory(policy: str) -> str:
+    """Where the JVM engine keeps each task's counts of the running micro-batch, relative to
+    the query's checkpoint, until Spark has committed it (``KeptCounts.java``)."""
+    return f"wmobs/observations/{policy}"
+
+
 def _jvm_observation(
     ctx: Context, staged: DataFrame, dead_letters: bool
 ) -> tuple[DataFrame, Column]:
@@ -176,6 +182,8 @@ def _jvm_observation(
         if _queueing(ctx)
         else None,
         "spread": SUBSTREAM_SPREAD_COLUMN if ctx.substream_by is not None else None,
+        # Each task's counts, kept until Spark commits the micro-batch (KeptCounts.java).
+        "kept": {"checkpoint": ctx.checkpoint or "", "directory": kept_directory(ctx.name)},
     }
     arguments = [
         F.col(VERDICT),

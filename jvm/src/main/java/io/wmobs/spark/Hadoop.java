@@ -103,12 +103,24 @@ final class Hadoop {
 
     /** The checkpoint of the query whose task this is. */
     String in(TaskContext task) {
+      return of(task::getLocalProperty);
+    }
+
+    /**
+     * The checkpoint of the query whose micro-batch runs on the calling thread (the driver's
+     * stream thread, which has the local properties Spark gives the micro-batch's tasks).
+     */
+    String onThisThread() {
+      return of(SparkSession.active().sparkContext()::getLocalProperty);
+    }
+
+    private String of(java.util.function.UnaryOperator<String> property) {
       if (!configured.isEmpty()) {
         return configured;
       }
-      String root = task.getLocalProperty("spark.sql.streaming.checkpointLocation");
+      String root = property.apply("spark.sql.streaming.checkpointLocation");
       root = root == null ? "" : root.replaceAll("/+$", "");
-      String description = task.getLocalProperty("spark.job.description");
+      String description = property.apply("spark.job.description");
       String name = description == null ? "" : description.split("\n", 2)[0].trim();
       if (!root.isEmpty() && !name.isEmpty() && !name.startsWith("id = ")) {
         boolean against = !relativeTo.isEmpty() && relative(root);

@@ -27,6 +27,8 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
   private static final long serialVersionUID = 1L;
 
   private final Observation observation;
+  /** Where a micro-batch's counts are kept until Spark commits it; null: not kept. */
+  private final KeptCounts kept;
   private final List<Expression> arguments;
   private final Expression[] argument;
   private final int mutableAggBufferOffset;
@@ -40,10 +42,12 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
 
   ObservationAggregate(
       Observation observation,
+      KeptCounts kept,
       List<Expression> arguments,
       int mutableAggBufferOffset,
       int inputAggBufferOffset) {
     this.observation = observation;
+    this.kept = kept;
     this.arguments = List.copyOf(arguments);
     this.argument = arguments.toArray(new Expression[0]);
     this.mutableAggBufferOffset = mutableAggBufferOffset;
@@ -52,10 +56,11 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
 
   /** The function {@code name}, built from its arguments (the spec first). */
   static Expression build(String name, List<Expression> arguments) {
-    Observation observation = Observation.of(Spec.json(name, arguments), name);
+    com.fasterxml.jackson.databind.JsonNode spec = Spec.json(name, arguments);
+    Observation observation = Observation.of(spec, name);
     List<Expression> rest = Spec.rest(arguments);
     Spec.arity(name, rest, observation.arity());
-    return new ObservationAggregate(observation, rest, 0, 0);
+    return new ObservationAggregate(observation, KeptCounts.of(spec), rest, 0, 0);
   }
 
   /** The ordinals, found on the first row (the arguments are bound by then). */
@@ -111,6 +116,9 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
       TaskContext task = TaskContext.get();
       if (task != null) {
         Observation.place(state, task.partitionId());
+        if (kept != null) {
+          kept.keepAtTaskEnd(task, observation, state);
+        }
       }
       state.placed = true;
     }
@@ -126,6 +134,14 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
 
   @Override
   public Object eval(Observation.State state) {
+    if (kept != null && state.partitions.isEmpty() && TaskContext.get() == null) {
+      // On the driver, counts of no partition: a micro-batch its sink skipped when it ran
+      // again after a crash reports the counts of the attempt the sink committed.
+      Observation.State recalled = kept.recall(observation);
+      if (recalled != null) {
+        return UTF8String.fromString(observation.finish(recalled));
+      }
+    }
     return UTF8String.fromString(observation.finish(state));
   }
 
@@ -146,7 +162,7 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
 
   @Override
   public ImperativeAggregate withNewMutableAggBufferOffset(int offset) {
-    return new ObservationAggregate(observation, arguments, offset, inputAggBufferOffset);
+    return new ObservationAggregate(observation, kept, arguments, offset, inputAggBufferOffset);
   }
 
   @Override
@@ -156,7 +172,7 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
 
   @Override
   public ImperativeAggregate withNewInputAggBufferOffset(int offset) {
-    return new ObservationAggregate(observation, arguments, mutableAggBufferOffset, offset);
+    return new ObservationAggregate(observation, kept, arguments, mutableAggBufferOffset, offset);
   }
 
   @Override
@@ -167,12 +183,13 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
   @Override
   protected Expression withArguments(List<Expression> newArguments) {
     return new ObservationAggregate(
-        observation, newArguments, mutableAggBufferOffset, inputAggBufferOffset);
+        observation, kept, newArguments, mutableAggBufferOffset, inputAggBufferOffset);
   }
 
   @Override
   protected List<Object> fields() {
-    return List.of(observation, arguments, mutableAggBufferOffset, inputAggBufferOffset);
+    return java.util.Arrays.asList(
+        observation, kept, arguments, mutableAggBufferOffset, inputAggBufferOffset);
   }
 
   @Override

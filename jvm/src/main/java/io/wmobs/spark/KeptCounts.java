@@ -1,0 +1,151 @@
+package io.wmobs.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.util.Arrays;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.SparkContext;
+import org.apache.spark.TaskContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.util.SerializableConfiguration;
+
+/**
+ * A micro-batch's counts kept beside the checkpoint until Spark has committed it, so that they
+ * are reported once whatever the sink does when the micro-batch runs again.
+ *
+ * <p>The window: a crash (or a {@code stop()}) after the sink has committed micro-batch N and
+ * before Spark has. Spark posts a micro-batch's progress, and with it what {@code observe}
+ * counted, only after its own commit, so the first attempt's counts are never reported; on
+ * restart Spark runs N again, and a sink that has N already (the file sink, Delta's, a {@code
+ * foreachBatch} that skips batches it has seen) skips it without running the plan, which then
+ * counts nothing. So each task that counted rows writes its counts, at its end, to {@code
+ * <checkpoint>/<directory>/part-<partition>} (the micro-batch's id first; one small file per
+ * task, replaced by the next micro-batch's, and by a retried task's, which counts the same rows).
+ * On the driver, where Spark evaluates the counts after its commit, a micro-batch that counted no
+ * partition and is the first of its query run (the only one that can be a micro-batch run
+ * again) reads the files of its own id back: the counts of the attempt that the sink committed.
+ * A micro-batch run again by a sink that runs its plan counts its own rows, and its tasks
+ * replace the files.
+ */
+final class KeptCounts implements Serializable {
+  private static final long serialVersionUID = 1L;
+  private static final String PREFIX = "part-";
+  /** Query runs whose first micro-batch has been evaluated on this driver. */
+  private static final Set<String> STARTED = ConcurrentHashMap.newKeySet();
+
+  private final Hadoop.Checkpoint checkpoint;
+  private final String directory;
+  private final Broadcast<SerializableConfiguration> conf;
+
+  private KeptCounts(
+      Hadoop.Checkpoint checkpoint, String directory, Broadcast<SerializableConfiguration> conf) {
+    this.checkpoint = checkpoint;
+    this.directory = directory;
+    this.conf = conf;
+  }
+
+  /** From the observation's spec ({@code kept}: null, or {@code checkpoint} and {@code directory}). */
+  static KeptCounts of(JsonNode spec) {
+    JsonNode kept = spec.get("kept");
+    if (kept == null || kept.isNull()) {
+      return null;
+    }
+    return new KeptCounts(
+        Hadoop.Checkpoint.onDriver(kept.get("checkpoint").asText()),
+        kept.get("directory").asText(),
+        Hadoop.sessionConf());
+  }
+
+  /**
+   * In a task, when it first counts a row: its counts ({@code state}, final when the task ends)
+   * written when the task ends, unless it failed.
+   */
+  void keepAtTaskEnd(TaskContext task, Observation observation, Observation.State state) {
+    String batch = task.getLocalProperty("streaming.sql.batchId");
+    if (batch == null) {
+      return; // not a micro-batch
+    }
+    Path target = new Path(checkpoint.in(task) + "/" + directory, PREFIX + task.partitionId());
+    task.addTaskCompletionListener(
+        (org.apache.spark.util.TaskCompletionListener)
+            done -> {
+              if (done.isInterrupted() || done.isFailed()) {
+                return;
+              }
+              try {
+                Hadoop.writeOnce(
+                    target,
+                    framed(Long.parseLong(batch), observation.serialize(state)),
+                    conf.value().value());
+              } catch (IOException e) {
+                throw new UncheckedIOException(
+                    "wmobs: could not keep the counts of batch " + batch + " in " + target, e);
+              }
+            });
+  }
+
+  /**
+   * On the driver, for counts that counted no partition: the kept counts of the micro-batch
+   * running on this thread, if it is the first of its query run and its tasks left any; else
+   * null.
+   */
+  Observation.State recall(Observation observation) {
+    SparkContext context = SparkSession.active().sparkContext();
+    String batch = context.getLocalProperty("streaming.sql.batchId");
+    String description = context.getLocalProperty("spark.job.description");
+    if (batch == null || description == null || !STARTED.add(runOf(description))) {
+      return null;
+    }
+    Configuration hadoop = conf.value().value();
+    Path folder = new Path(checkpoint.onThisThread() + "/" + directory);
+    long id = Long.parseLong(batch);
+    Observation.State merged = null;
+    try {
+      for (Hadoop.Entry entry : Hadoop.list(folder, hadoop)) {
+        if (!entry.name().startsWith(PREFIX)) {
+          continue; // a temporary file
+        }
+        byte[] bytes = Hadoop.read(new Path(folder, entry.name()), hadoop);
+        DataInputStream in = new DataInputStream(new ByteArrayInputStream(bytes));
+        if (in.readLong() != id) {
+          continue; // another micro-batch's
+        }
+        Observation.State counts = observation.deserialize(Arrays.copyOfRange(bytes, 8, bytes.length));
+        merged = merged == null ? counts : observation.merge(merged, counts);
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(
+          "wmobs: could not read the kept counts of batch " + batch + " in " + folder, e);
+    }
+    return merged;
+  }
+
+  /** The query run of a micro-batch's job description ("name\nid = ...\nrunId = ...\n..."). */
+  private static String runOf(String description) {
+    for (String line : description.split("\n")) {
+      if (line.startsWith("runId = ")) {
+        return line.substring("runId = ".length()).trim();
+      }
+    }
+    return description;
+  }
+
+  private static byte[] framed(long batch, byte[] counts) throws IOException {
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream(counts.length + 8);
+    try (DataOutputStream out = new DataOutputStream(bytes)) {
+      out.writeLong(batch);
+      out.write(counts);
+    }
+    return bytes.toByteArray();
+  }
+}

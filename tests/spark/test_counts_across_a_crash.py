@@ -1,0 +1,128 @@
+"""Exact counts across a crash that lands after the sink has committed a micro-batch and before
+Spark has: the micro-batch runs again on restart, and its counts are reported once, whether
+the sink skips it (the file sink; a ``foreachBatch`` that skips batches it has seen, as Delta's
+sink does by its transaction version) or runs it again (an at-least-once sink)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import wmobs
+from wmobs import TimePolicy
+from wmobs.testing import iso
+
+from ._streaming import wait_until, write_rows
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP"
+MINUTE = 60.0
+
+
+def batch_rows(batch: int, now: float) -> list[dict[str, Any]]:
+    """Ten rows: on time, 10 minutes early (dropped, dead-lettered), 10 minutes late
+    (adjusted); ids unique across batches."""
+    rows = []
+    for i in range(10):
+        kind = i % 3
+        event = now + (10 * MINUTE if kind == 1 else -10 * MINUTE if kind == 2 else 0)
+        rows.append({"id": batch * 100 + i, "EventTime": iso(event), "ArrivalTime": iso(now)})
+    return rows
+
+
+def ids(batches: Any, *, kept: bool) -> list[int]:
+    """The ids of the rows of ``batches`` that the sink keeps, or that are dead-lettered."""
+    return [b * 100 + i for b in batches for i in range(10) if (i % 3 != 1) == kept]
+
+
+def expected(batches: int) -> dict[tuple[str, str], int]:
+    early = sum(1 for i in range(10) if i % 3 == 1) * batches
+    late = sum(1 for i in range(10) if i % 3 == 2) * batches
+    return {("early_arrival", "dropped"): early, ("late_arrival", "adjusted"): late}
+
+
+@pytest.mark.parametrize("sink", ["files", "foreachBatch skipping", "foreachBatch again"])
+def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
+    spark: Any, tmp_path: Path, sink: str
+) -> None:
+    """Spark's commit of micro-batch 1 fails after the sink's (a file waits at
+    ``commits/1``): the query dies with batch 1 in the sink and in the dead letters, and its
+    progress never posted. Restarted, Spark runs batch 1 again. Every counter then equals what
+    the sink and the dead letters hold: nothing lost, nothing twice."""
+    checkpoint = tmp_path / "ckpt"
+    dead = tmp_path / "dead"
+    out = tmp_path / "out"
+    now = time.time()
+    policy = TimePolicy(
+        arrival_time="ArrivalTime",
+        late_arrival="5 minutes",
+        out_of_order="1 hour",
+        name=f"crash_{sink.split()[-1]}",
+        engine="jvm",
+    )
+    seen: set[int] = set()
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        """A sink that writes each micro-batch under its id; "skipping": not again once it has
+        (as Delta's sink does by its transaction version)."""
+        if sink == "foreachBatch skipping" and batch_id in seen:
+            return
+        df.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
+        seen.add(batch_id)
+
+    def start() -> Any:
+        source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        judged = policy.apply(
+            source.json(str(tmp_path / "in")),
+            checkpoint_location=str(checkpoint),
+            dead_letter=str(dead),
+        ).select("id")
+        writer = judged.writeStream.queryName("crash").option(
+            "checkpointLocation", str(checkpoint)
+        )
+        writer = writer.trigger(processingTime="100 milliseconds")
+        if sink == "files":
+            return writer.format("parquet").start(str(out))
+        return writer.foreachBatch(write_batch).start()
+
+    with wmobs.attach(spark, prometheus_port=None) as monitor:
+        write_rows(tmp_path / "in", "0", batch_rows(0, now))
+        query = start()
+        query.processAllAvailable()
+        # Spark's commit of batch 1 will find a file where it writes: it fails after the sink's.
+        (checkpoint / "commits" / "1").write_text("")
+        write_rows(tmp_path / "in", "1", batch_rows(1, now))
+        with pytest.raises(Exception, match="1"):
+            query.awaitTermination(120)
+        assert not (checkpoint / "commits" / "1").stat().st_size  # Spark did not commit 1
+        (checkpoint / "commits" / "1").unlink()
+        kept_before = sorted(r.id for r in spark.read.parquet(str(out)).collect())
+        assert kept_before == ids((0, 1), kept=True)
+
+        query = start()  # batch 1 again: the sink skips it, or runs it again
+        write_rows(tmp_path / "in", "2", batch_rows(2, now))
+        query.processAllAvailable()
+        query.stop()
+        wait_until(
+            lambda: (s := monitor.snapshot("crash")) is not None and not s.active,
+            what="the listener seeing the query stop",
+        )
+        snap = monitor.snapshot("crash")
+        assert snap is not None
+        counts = snap.policy(policy.state_name)
+        assert counts is not None
+
+    kept = sorted(r.id for r in spark.read.parquet(str(out)).collect())
+    assert kept == ids(range(3), kept=True)
+    dead_ids = sorted(
+        i for f in dead.rglob("*.parquet") for i in pq.read_table(f).column("id").to_pylist()
+    )
+    assert dead_ids == ids(range(3), kept=False)
+    events = {k: v for k, v in counts.events.items() if v}
+    assert events == expected(3)
+    assert counts.dead_letter_rows == len(dead_ids)
