@@ -62,7 +62,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         arrival_time="ArrivalTime",
         late_arrival="5 minutes",
         out_of_order="1 hour",
-        name=f"crash_{sink.split()[-1]}",
+        name=f"crash_{sink.rsplit(maxsplit=1)[-1]}",
         engine="jvm",
     )
     seen: set[int] = set()
@@ -82,9 +82,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
             checkpoint_location=str(checkpoint),
             dead_letter=str(dead),
         ).select("id")
-        writer = judged.writeStream.queryName("crash").option(
-            "checkpointLocation", str(checkpoint)
-        )
+        writer = judged.writeStream.queryName("crash").option("checkpointLocation", str(checkpoint))
         writer = writer.trigger(processingTime="100 milliseconds")
         if sink == "files":
             return writer.format("parquet").start(str(out))
