@@ -410,3 +410,26 @@ def test_substreams_pass_every_scalar_type_through_exactly(
     expected = table.cast(got.select(columns).schema)  # the session's time zone
     # repr: NaN equals NaN there, and -0.0 differs from 0.0
     assert repr(got.select(columns).to_pylist()) == repr(expected.to_pylist())
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_a_dead_letter_directory_that_cannot_be_written_is_an_error_at_apply(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """A directory that cannot be created or written to (here one below ``/proc``) is a
+    ``StorageError`` when the policy is applied, naming it and the cause, on both engines:
+    not a failed micro-batch at the first dropped row."""
+    if engine not in engines(spark):
+        pytest.skip(f"Spark {spark.version} has no {engine} engine")
+    stream = spark.readStream.schema("id INT, EventTime TIMESTAMP").json(str(tmp_path))
+    policy = TimePolicy(arrival_time=None, engine=engine)
+    with pytest.raises(wmobs.StorageError, match=r"dead_letter: .*cannot write to .*/proc/wmobs"):
+        policy.apply(
+            stream, checkpoint_location=str(tmp_path / "ckpt"), dead_letter="/proc/wmobs-dead"
+        )
+    # A directory that does not exist yet is created: nothing to refuse.
+    policy.apply(
+        stream, checkpoint_location=str(tmp_path / "ckpt"), dead_letter=str(tmp_path / "a" / "b")
+    )
+    assert (tmp_path / "a" / "b").is_dir()
+    assert list((tmp_path / "a" / "b").iterdir()) == []  # the probe went

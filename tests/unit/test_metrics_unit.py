@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -594,3 +596,41 @@ def test_a_batch_summary_says_what_the_sink_wrote(rec: MetricsRecorder) -> None:
     assert written.output_rows == 7
     uncounted = rec.tracker.on_progress(progress_json(batch_id=1, output_rows=-1))
     assert uncounted.output_rows is None
+
+
+class _Streams:
+    """What ``attach`` uses of ``spark.streams``."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+        self.active: list[Any] = []
+
+    def addListener(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    def removeListener(self, listener: Any) -> None:
+        self.listeners.remove(listener)
+
+
+def test_a_second_attach_on_one_session_warns() -> None:
+    """Each attach adds a listener: a second one on the same session does the work twice, with
+    two endpoints serving the same series; one warning line says so (another session's attach
+    does not)."""
+    from structlog.testing import capture_logs
+
+    import wmobs
+
+    session, other = SimpleNamespace(streams=_Streams()), SimpleNamespace(streams=_Streams())
+    with capture_logs() as logs:
+        first = wmobs.attach(session)
+        elsewhere = wmobs.attach(other)
+        second = wmobs.attach(session)
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["event"] for e in warnings] == ["wmobs.attached_twice"]
+    assert "reuse the first, or close it" in warnings[0]["hint"]
+    assert len(session.streams.listeners) == 2
+    for monitor in (first, elsewhere, second):
+        monitor.close()
+    with capture_logs() as logs:
+        wmobs.attach(session).close()  # the earlier ones closed: no warning
+    assert [e for e in logs if e["log_level"] == "warning"] == []

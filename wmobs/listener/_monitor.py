@@ -249,6 +249,15 @@ def attach(
                 raise
             raise OSError(exc.errno, _port_in_use(prometheus_addr, int(prometheus_port))) from exc
 
+    already = [m for m in list(_monitors) if not m.closed and m._spark is spark]
+    if already:
+        _log.warning(
+            "wmobs.attached_twice",
+            metrics_url=already[0].metrics_url,
+            hint="this session already has a wmobs monitor: a second one adds a second listener, "
+            "doing the same work twice (with two endpoints, the same series twice); reuse the "
+            "first, or close it (monitor.close()) first",
+        )
     listener = WmobsListener(tracker, instruments, logger=logger, on_progress=on_progress)
     monitor = Monitor(
         spark,

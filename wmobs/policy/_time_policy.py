@@ -340,8 +340,8 @@ class TimePolicy:
         for column in self.substream_by or ():
             if column not in fields:
                 raise ValueError(
-                    f"substream_by: column {column!r} is not in the DataFrame"
-                    f"{_nested_hint(column, fields)}"
+                    f"substream_by: column {column!r} is not in the DataFrame "
+                    f"(columns: {', '.join(fields)}){_nested_hint(column, fields)}"
                 )
             if _has_map(fields[column]):
                 raise TypeError(

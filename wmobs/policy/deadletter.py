@@ -115,10 +115,10 @@ class DeadLetter:
         return self.directory is not None and self.format == "parquet" and default
 
     def check(self) -> None:
-        """On the driver, before the query runs: the directory can be written to
-        (:meth:`Storage.check`)."""
+        """On the driver, before the query runs: the directory can be created and written to
+        (:meth:`Storage.check_writable`)."""
         if self.directory is not None:
-            (self.storage or Storage()).check(self.directory, "dead_letter")
+            (self.storage or Storage()).check_writable(self.directory, "dead_letter")
 
     def write(self, table: Any, batch_id: int, partition_id: int, *, writer: str = "") -> None:
         """``table`` of micro-batch ``batch_id``'s partition ``partition_id``; ``writer`` (the

@@ -141,8 +141,9 @@ public final class DeadLetterWriter implements Serializable {
    * On the driver, when the policy is applied: Hadoop reaches {@code directory} with the
    * session's configuration (a filesystem for its scheme; on an object store, its bucket with
    * the credentials found), else an error naming the directory and Hadoop's cause, as the
-   * Python engine's {@code Storage.check} does. Otherwise the first dropped row, maybe days
-   * later, would fail its micro-batch. What does not exist yet is created by the first write.
+   * Python engine's {@code Storage.check_writable} does; and that a file can be written there
+   * (one empty file, written and deleted). Otherwise the first dropped row, maybe days later,
+   * would fail its micro-batch.
    */
   static void reachable(String directory, Configuration conf) {
     Path path = new Path(directory);
@@ -161,6 +162,16 @@ public final class DeadLetterWriter implements Serializable {
           "wmobs: cannot reach the dead letters' directory " + directory + " (" + e
               + "); check the bucket and the credentials in the session's Hadoop configuration",
           e);
+    }
+    // Created and written to now, once (an empty file, deleted): a directory that cannot be is
+    // an error naming it here, not a failed micro-batch at the first dropped row.
+    Path probe = new Path(path, ".wmobs-probe-" + java.util.UUID.randomUUID());
+    try {
+      Hadoop.writeOnce(probe, new byte[0], conf);
+      Hadoop.delete(probe, conf);
+    } catch (IOException | RuntimeException e) {
+      throw new IllegalArgumentException(
+          "wmobs: cannot write to the dead letters' directory " + directory + " (" + e + ")", e);
     }
   }
 
