@@ -321,7 +321,6 @@ class Storage:
             ) from exc
         return where
 
-
     def check_writable(self, uri: str, argument: str) -> None:
         """:meth:`check`, and a file can be written below ``uri`` (created, with the folders it
         needs, then deleted): a folder that cannot be created or written to is a
