@@ -322,18 +322,21 @@ class Storage:
         return where
 
     def check_writable(self, uri: str, argument: str) -> None:
-        """:meth:`check`, and a file can be written below ``uri`` (created, with the folders it
-        needs, then deleted): a folder that cannot be created or written to is a
+        """:meth:`check`, and a file can be written below ``uri`` (created, with the folder if it
+        is not there, then both deleted): a folder that cannot be created or written to is a
         :class:`StorageError` naming ``argument``, ``uri`` and the cause, now rather than at
         the first write, maybe days later."""
         where = self.check(uri, argument)
         fs = where.filesystem
         probe = f"{where.path.rstrip('/')}/.wmobs-probe-{uuid.uuid4().hex}"
         try:
-            if not where.object_store:
+            created = not where.object_store and not fs.exists(where.path)
+            if created:
                 fs.makedirs(where.path, exist_ok=True)
             fs.pipe_file(probe, b"")
             fs.rm_file(probe)
+            if created:  # left as it was: the first write creates it
+                fs.rmdir(where.path)
         except Exception as exc:
             raise StorageError(
                 f"{argument}: cannot write to {uri} ({type(exc).__name__}: {exc})"

@@ -155,20 +155,25 @@ public final class DeadLetterWriter implements Serializable {
           "wmobs: no Hadoop filesystem for the dead letters' directory " + directory + ": " + e,
           e);
     }
+    boolean existed;
     try {
-      fs.exists(path);
+      existed = fs.exists(path);
     } catch (IOException | RuntimeException e) {
       throw new IllegalArgumentException(
           "wmobs: cannot reach the dead letters' directory " + directory + " (" + e
               + "); check the bucket and the credentials in the session's Hadoop configuration",
           e);
     }
-    // Created and written to now, once (an empty file, deleted): a directory that cannot be is
-    // an error naming it here, not a failed micro-batch at the first dropped row.
+    // Created and written to now, once (an empty file, deleted, and the directory if it was
+    // not there): a directory that cannot be is an error naming it here, not a failed
+    // micro-batch at the first dropped row.
     Path probe = new Path(path, ".wmobs-probe-" + java.util.UUID.randomUUID());
     try {
       Hadoop.writeOnce(probe, new byte[0], conf);
       Hadoop.delete(probe, conf);
+      if (!existed) {
+        Hadoop.deleteEmptyFolder(path, conf); // an object store's marker for it too
+      }
     } catch (IOException | RuntimeException e) {
       throw new IllegalArgumentException(
           "wmobs: cannot write to the dead letters' directory " + directory + " (" + e + ")", e);
