@@ -40,7 +40,7 @@ import org.apache.spark.util.SerializableConfiguration;
 final class KeptCounts implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final String PREFIX = "part-";
-  /** Query runs whose first micro-batch has been evaluated on this driver. */
+  /** Query runs (and policies) whose first micro-batch has been evaluated on this driver. */
   private static final Set<String> STARTED = ConcurrentHashMap.newKeySet();
 
   private final Hadoop.Checkpoint checkpoint;
@@ -103,7 +103,9 @@ final class KeptCounts implements Serializable {
     SparkContext context = SparkSession.active().sparkContext();
     String batch = context.getLocalProperty("streaming.sql.batchId");
     String description = context.getLocalProperty("spark.job.description");
-    if (batch == null || description == null || !STARTED.add(runOf(description))) {
+    if (batch == null
+        || description == null
+        || !STARTED.add(runOf(description) + "\n" + directory)) { // each policy's, once
       return null;
     }
     Configuration hadoop = conf.value().value();
