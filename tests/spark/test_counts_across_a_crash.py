@@ -160,3 +160,60 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
     events = {k: v for k, v in counts.events.items() if v}
     assert events == expected(3)
     assert counts.dead_letter_rows == len(dead_ids)
+
+
+def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_path: Path) -> None:
+    """A union of two policed inputs, crashed as above with the file sink: each policy's kept
+    counts are read back for the micro-batch the sink skips."""
+    checkpoint = str(tmp_path / "ckpt")
+    now = time.time()
+    policies = [
+        TimePolicy(arrival_time="ArrivalTime", late_arrival="5 minutes", out_of_order="1 hour",
+                   name=name, engine="jvm")
+        for name in ("left", "right")
+    ]  # fmt: skip
+
+    def start() -> Any:
+        judged = [
+            policy.apply(
+                spark.readStream.schema(SCHEMA)
+                .option("maxFilesPerTrigger", 1)
+                .json(str(tmp_path / policy.name)),
+                checkpoint_location=checkpoint,
+            ).select("id")
+            for policy in policies
+        ]
+        return (
+            judged[0]
+            .unionByName(judged[1])
+            .writeStream.queryName("crash_two")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="100 milliseconds")
+            .format("parquet")
+            .start(str(tmp_path / "out"))
+        )
+
+    with wmobs.attach(spark, prometheus_port=None) as monitor:
+        for policy in policies:
+            write_rows(tmp_path / policy.name, "0", batch_rows(0, now))
+        query = start()
+        query.processAllAvailable()
+        (tmp_path / "ckpt" / "commits" / "1").write_text("")
+        for policy in policies:
+            write_rows(tmp_path / policy.name, "1", batch_rows(1, now))
+        with pytest.raises(Exception, match="1"):
+            query.awaitTermination(120)
+        (tmp_path / "ckpt" / "commits" / "1").unlink()
+        query = start()
+        query.processAllAvailable()
+        query.stop()
+        wait_until(
+            lambda: (s := monitor.snapshot("crash_two")) is not None and not s.active,
+            what="the listener seeing the query stop",
+        )
+        snap = monitor.snapshot("crash_two")
+    assert snap is not None
+    for policy in policies:
+        counts = snap.policy(policy.state_name)
+        assert counts is not None
+        assert {k: v for k, v in counts.events.items() if v} == expected(2), policy.name
