@@ -48,8 +48,8 @@ def test_the_readme_quick_start_runs_on_the_jvm_engine(tmp_path: Path) -> None:
     must be the installed package, not the source tree."""
     block = quickstart()
     # What the endpoint serves, scraped at the end of the quick start's own wait.
-    before, stop = block.split("query.stop()\n", 1)
-    (tmp_path / "quickstart.py").write_text(before + SCRAPE + "query.stop()\n" + stop + CHECK)
+    before, stop = block.split("while query.status", 1)
+    (tmp_path / "quickstart.py").write_text(before + SCRAPE + "while query.status" + stop + CHECK)
     fake = tmp_path / "bin"
     fake.mkdir()
     called = tmp_path / "javac-was-called"
@@ -80,7 +80,7 @@ def test_the_readme_quick_start_runs_on_the_jvm_engine(tmp_path: Path) -> None:
     assert result["info"], "no wmobs_policy_info within the quick start's wait"
     # Judged output within its wait: the console sink printed a window with its count.
     assert re.search(r"^\|\{\d{4}-\d\d-\d\d [^|]*\|\s*\d+\|$", done.stdout, re.M), done.stdout
-    # It stops its query: no error lines as the JVM shuts down.
+    # It stops its query between micro-batches: no error lines, none as the JVM shuts down.
     assert not [line for line in done.stderr.splitlines() if " ERROR " in line], done.stderr
     assert not called.exists(), "a Java compiler was called"
     if os.environ.get("WMOBS_FROM_WHEEL") == "1":
