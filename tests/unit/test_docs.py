@@ -35,3 +35,11 @@ def test_every_relative_link_of_the_readme_exists() -> None:
     text = (ROOT / "README.md").read_text()
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
         assert (ROOT / target).exists(), target
+
+
+def test_the_getting_started_page_has_the_readmes_quick_start() -> None:
+    """The README's quick start runs as written in the tests; the docs' copy is the same."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"<!-- quickstart:[^>]*-->\s*```python\n(.*?)```", readme, re.S)
+    assert found is not None
+    assert found.group(1) in (ROOT / "docs" / "getting-started.md").read_text()
