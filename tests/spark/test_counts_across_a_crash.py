@@ -217,3 +217,65 @@ def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_pat
         counts = snap.policy(policy.state_name)
         assert counts is not None
         assert {k: v for k, v in counts.events.items() if v} == expected(2), policy.name
+
+
+def test_on_the_python_engine_a_skipped_micro_batch_is_said_not_counted(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The Python engine keeps no counts beside the checkpoint: the micro-batch that the file
+    sink skips after the crash reports none, the counters miss its verdicts (its rows are in
+    the sink and the dead letters all the same), and one warning names the policy and the
+    micro-batch, as the time-policies page says."""
+    import structlog
+    from structlog.testing import capture_logs
+
+    from ._streaming import engines
+
+    if "python" not in engines(spark):
+        pytest.skip(f"Spark {spark.version} has no Python engine")
+    checkpoint = tmp_path / "ckpt"
+    now = time.time()
+    policy = TimePolicy(arrival_time="ArrivalTime", late_arrival="5 minutes",
+                        out_of_order="1 hour", name="crash_py", engine="python")  # fmt: skip
+
+    def start() -> Any:
+        source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        return (
+            policy.apply(source.json(str(tmp_path / "in")), checkpoint_location=str(checkpoint))
+            .select("id")
+            .writeStream.queryName("crash_py")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="100 milliseconds")
+            .format("parquet")
+            .start(str(tmp_path / "out"))
+        )
+
+    with (
+        capture_logs() as logs,
+        wmobs.attach(spark, prometheus_port=None, logger=structlog.get_logger()) as monitor,
+    ):
+        write_rows(tmp_path / "in", "0", batch_rows(0, now))
+        query = start()
+        query.processAllAvailable()
+        (checkpoint / "commits" / "1").write_text("")
+        write_rows(tmp_path / "in", "1", batch_rows(1, now))
+        with pytest.raises(Exception, match="1"):
+            query.awaitTermination(120)
+        (checkpoint / "commits" / "1").unlink()
+        query = start()
+        write_rows(tmp_path / "in", "2", batch_rows(2, now))
+        query.processAllAvailable()
+        query.stop()
+        wait_until(
+            lambda: (s := monitor.snapshot("crash_py")) is not None and not s.active,
+            what="the listener seeing the query stop",
+        )
+        snap = monitor.snapshot("crash_py")
+    assert snap is not None
+    counts = snap.policy(policy.state_name)
+    assert counts is not None
+    assert {k: v for k, v in counts.events.items() if v} == expected(2)  # 1's are not in it
+    warnings = [e for e in logs if e["event"] == "wmobs.counts_not_reported"]
+    assert [(w["batch"], w["policies"]) for w in warnings] == [(1, [policy.state_name])]
+    kept = sorted(r.id for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert kept == ids(range(3), kept=True)

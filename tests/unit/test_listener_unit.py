@@ -128,3 +128,38 @@ def test_the_jvm_counts_as_exited_only_when_this_process_started_it_and_it_ended
         assert not jvm_exited(SimpleNamespace())  # no SparkContext here (Connect)
     finally:
         running.communicate(b"")
+
+
+def test_a_skipped_micro_batch_on_the_python_engine_is_said_not_counted(
+    rec: MetricsRecorder,
+) -> None:
+    """The first micro-batch of a run whose sources moved but whose plan read no row: the
+    sink skipped it, having committed it before a crash; a Python-engine policy's counts of
+    it are not in the event, and one warning says so. The JVM engine's carries them (kept
+    beside the checkpoint), and a later micro-batch of the run is not suspect."""
+    from wmobs.observations import rule_column
+
+    listener = WmobsListener(rec.tracker, [rec.instruments], logger=structlog.get_logger())
+
+    def moved(batch: int, run: str, engines: dict[str, str], rows: int = 0) -> dict[str, Any]:
+        observed = {
+            f"wmobs.policy.{name}": {"engine": engine, rule_column("late_arrival", "adjusted"): 0}
+            for name, engine in engines.items()
+        }
+        if engines.get("jvm_kept"):
+            observed["wmobs.policy.jvm_kept"][rule_column("late_arrival", "adjusted")] = 3
+        progress = progress_json(batch_id=batch, run_id=run, rows=rows, observed=observed)
+        source = progress["sources"][0]
+        source["startOffset"], source["endOffset"] = {"logOffset": batch - 1}, {"logOffset": batch}
+        return progress
+
+    engines = {"py": "python", "jvm_kept": "jvm"}
+    with capture_logs() as logs:
+        listener._progress(moved(5, "run-2", engines))  # the re-run the sink skipped
+        listener._progress(moved(6, "run-2", engines))  # later: an empty file, not suspect
+        listener._progress(moved(7, "run-2", engines, rows=4))
+    warnings = [e for e in logs if e["event"] == "wmobs.counts_not_reported"]
+    assert [(w["batch"], w["policies"], w["log_level"]) for w in warnings] == [
+        (5, ["py"], "warning")
+    ]
+    assert listener.errors == 0

@@ -164,6 +164,17 @@ class WmobsListener(StreamingQueryListener):
                 batch=summary.batch_id,
                 rows=summary.rows_dropped_by_watermark,
             )
+        if summary.unreported:
+            self._log.warning(
+                "wmobs.counts_not_reported",
+                query=summary.label,
+                batch=summary.batch_id,
+                policies=list(summary.unreported),
+                note="the first micro-batch of this run read no row though its sources moved: "
+                "a sink that had it already skipped it after a crash between its commit and "
+                "Spark's; its rows are in the sink or the dead letters, and the Python engine's "
+                "counts of them are not in the counters (the JVM engine keeps them)",
+            )
         for column in summary.unknown_columns:
             if column not in self._warned_columns:
                 self._warned_columns.add(column)

@@ -122,6 +122,8 @@ class QuerySnapshot:
     """Wall-clock end of the last micro-batch that read input rows, unix seconds."""
     input_rows: int = 0
     batches: int = 0
+    run_batches: int = 0
+    """Micro-batches of the current run seen so far."""
     operators: dict[str, OperatorSnapshot] = field(default_factory=dict)
     policies: dict[str, PolicySnapshot] = field(default_factory=dict)
     """Per time policy (``policy`` label), once its first observation arrives."""
@@ -167,12 +169,43 @@ class BatchSummary:
     output_rows: int | None = None
     """Rows the sink wrote (the progress event's ``sink.numOutputRows``); ``None`` where the
     sink does not say."""
+    unreported: tuple[str, ...] = ()
+    """Policies (labels) on the Python engine whose counts of this micro-batch are not in the
+    event: the first micro-batch of a query run, whose sources moved but whose plan read no
+    row, is one that the sink skipped when Spark ran it again after a crash between the
+    sink's commit and Spark's (the JVM engine reports the first attempt's counts then)."""
 
 
 def _output_rows(progress: Mapping[str, Any]) -> int | None:
     """The sink's ``numOutputRows``; ``None`` for a sink that does not count (Spark's -1)."""
     written = (progress.get("sink") or {}).get("numOutputRows")
     return None if written is None or int(written) < 0 else int(written)
+
+
+def _offsets_moved(progress: Mapping[str, Any]) -> bool:
+    """Whether a source other than wmobs' heartbeat has a new offset in this micro-batch."""
+    for source in progress.get("sources") or ():
+        end = source.get("endOffset")
+        text = end if isinstance(end, str) else json.dumps(end)
+        if end is not None and IDLE_TICK not in text and source.get("startOffset") != end:
+            return True
+    return False
+
+
+def _unreported(
+    progress: Mapping[str, Any], observed: ObservedCounts, rows: int
+) -> tuple[str, ...]:
+    """The Python-engine policies of a run's first micro-batch that read no row though its
+    sources moved (:attr:`BatchSummary.unreported`)."""
+    if rows or not _offsets_moved(progress):
+        return ()
+    return tuple(
+        label
+        for label, counts in observed.policies.items()
+        if counts.engine == "python"
+        and counts.event_time_us is None
+        and not any(counts.events.values())
+    )
 
 
 def _heartbeat_rows(progress: Mapping[str, Any]) -> int:
@@ -341,6 +374,7 @@ class Tracker:
             snap.active = True
             snap.terminated_at = None
             snap.run_id = run_id
+            snap.run_batches = 0
             self._started(snap)
             return snap
 
@@ -375,8 +409,13 @@ class Tracker:
 
         with self._lock:
             snap = self._query(query_id, progress.get("name"))
-            if progress.get("runId") is not None:
-                snap.run_id = str(progress["runId"])
+            run_id = progress.get("runId")
+            first_of_run = snap.run_batches == 0 or (
+                run_id is not None and str(run_id) != snap.run_id
+            )
+            snap.run_batches = 1 if first_of_run else snap.run_batches + 1
+            if run_id is not None:
+                snap.run_id = str(run_id)
             snap.active = True
             snap.terminated_at = None
             # A batch id seen before: a restart re-running a micro-batch whose commit was not
@@ -415,6 +454,7 @@ class Tracker:
             unknown_columns=tuple(observed.unknown_columns),
             replayed=replayed,
             output_rows=_output_rows(progress),
+            unreported=_unreported(progress, observed, rows) if first_of_run else (),
         )
 
     def on_idle(self, query_id: str) -> str | None:
