@@ -1,8 +1,10 @@
 """The idle timeout in the plan: the heartbeat stream unioned with the policy's rows, with the
 columns of the rows it joins. Globally the heartbeat yields the synthetic row of each tick; with
-substreams one wake-up row per key bucket, and the per-key judge decides. The JVM engine's
-heartbeat is a streaming source of wmobs' extension (``IdleHeartbeat.java``), the Python
-engine's a Python data source (:mod:`wmobs.policy._idle_source`): the same offsets and rows."""
+substreams on the Python engine one wake-up row per key bucket, and the per-key judge decides
+(on the JVM engine Spark's timeouts do, and the heartbeat only guards the trigger:
+:func:`refusing_available_now`). The JVM engine's heartbeat is a streaming source of wmobs'
+extension (``IdleHeartbeat.java``), the Python engine's a Python data source
+(:mod:`wmobs.policy._idle_source`): the same offsets and rows."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataF
 
 
 def refusing_available_now(ctx: Context, df: DataFrame) -> DataFrame:
-    """``df`` with the JVM heartbeat in its substreams mode, which never ticks and refuses
+    """``df`` with the JVM heartbeat in its substreams mode, which yields no rows and refuses
     ``Trigger.AvailableNow`` when the query starts: the JVM engine's substreams keep their idle
     clocks and TTL with Spark's processing-time timeouts, and Spark runs a micro-batch for
     those after every micro-batch, so such a query would never end."""

@@ -1,5 +1,6 @@
-"""Substreams, the state: per key, what the judge needs from earlier micro-batches, kept in
-the query's checkpoint.
+"""Substreams on the Python engine, the state: per key, what the judge needs from earlier
+micro-batches, kept in the query's checkpoint. (The JVM engine keeps it in Spark's state
+store: ``Substreams.java``; a JVM-engine query refuses a checkpoint with these files.)
 
 Keys (64-bit hashes of the substream columns) are spread over ``BUCKETS`` buckets, and Spark
 shuffles the rows by bucket; each task reads the state of its buckets and writes it back as
