@@ -17,7 +17,8 @@ column                             exported as
 ``rule:<rule>:<action>``           ``wmobs_policy_events_total{policy, rule, action}``
 ``dead_letter_rows``               ``wmobs_dead_letter_rows_total{policy}``
 ``idle_timeout_firings``           ``wmobs_idle_timeout_firings_total{policy}``
-``engine`` (text: jvm or python)   ``wmobs_policy_info{policy, engine}``
+``engine`` (text: jvm or python)   ``wmobs_policy_info{policy, engine, dead_letters}``
+``dead_letter_plan`` (text)        its ``dead_letters`` label (:data:`DEAD_LETTER_PLANS`)
 ``input_watermark_us``             ``wmobs_input_watermark_delay_seconds{policy}``
 ``input_event_time_us``            ``wmobs_input_event_time_lag_seconds{policy}``
 ``substream_spread_us``            ``wmobs_substream_spread_seconds{policy}``
@@ -71,6 +72,8 @@ from collections.abc import Sequence
 __all__ = [
     "ACTIONS",
     "DEAD_LETTER_COLUMN",
+    "DEAD_LETTER_PLANS",
+    "DEAD_LETTER_PLAN_COLUMN",
     "ENGINES",
     "ENGINE_COLUMN",
     "HISTOGRAMS",
@@ -105,6 +108,13 @@ ENGINES: tuple[str, ...] = ("jvm", "python")
 DEAD_LETTER_COLUMN = "dead_letter_rows"
 IDLE_TIMEOUT_COLUMN = "idle_timeout_firings"
 ENGINE_COLUMN = "engine"
+DEAD_LETTER_PLANS: tuple[str, ...] = ("none", "jvm", "python_dropped", "python_all")
+"""How a time policy keeps the rows it drops, decided once when it is applied: the
+``dead_letters`` label of ``wmobs_policy_info``. ``none``: counted, not kept (no
+``dead_letter``); ``jvm``: a Parquet directory written by Spark's Parquet writer in the JVM (no
+row crosses into Python); ``python_dropped``: each dropped row crosses into Python, kept rows
+stay in the JVM; ``python_all``: every row crosses into Python (``mapInArrow``)."""
+DEAD_LETTER_PLAN_COLUMN = "dead_letter_plan"
 STRUCT_COLUMN = "columns"
 """A JSON object (text) or a struct whose members are columns of the observation (how wmobs'
 JVM engine observes them all at once): read as if they were its own."""

@@ -293,12 +293,12 @@ def to_arrow(df: Any) -> Any:
     return pa.Table.from_batches(df._collect_as_arrow())
 
 
-def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path, engine: str = "jvm") -> Any:
-    """The dead-letter table of one run of an invalid-time policy over ``source``."""
-    import pyarrow.parquet as pq
-
-    stream = spark.readStream.schema(schema).parquet(str(source))
-    out = TimePolicy(event_time="ts", arrival_time=None, engine=engine, name="typed").apply(
+def _run_dead_letters(
+    spark: Any, stream: Any, work: Path, engine: str = "jvm", name: str = "typed"
+) -> Path:
+    """One run of an invalid-time policy over streaming ``stream``: its dead letters'
+    directory."""
+    out = TimePolicy(event_time="ts", arrival_time=None, engine=engine, name=name).apply(
         stream, checkpoint_location=str(work / "ckpt"), dead_letter=str(work / "dead")
     )
     query = (
@@ -309,19 +309,35 @@ def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path, engine: 
     )
     query.awaitTermination()
     assert query.exception() is None
-    (file,) = (work / "dead").rglob("*.parquet")
+    return work / "dead"
+
+
+def _dead_letters_of(spark: Any, source: Path, schema: str, work: Path, engine: str = "jvm") -> Any:
+    """The dead-letter table of one run of an invalid-time policy over ``source``, as pyarrow
+    reads it."""
+    import pyarrow.parquet as pq
+
+    stream = spark.readStream.schema(schema).parquet(str(source))
+    (file,) = _run_dead_letters(spark, stream, work, engine).rglob("*.parquet")
     return pq.read_table(file)
 
 
+def _plan_of(applied: Any) -> str:
+    return str(applied._jdf.queryExecution().analyzed().toString())
+
+
 def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path) -> None:
-    """Three plans, one result: the JVM engine writes the Parquet file (no row crosses into
-    Python); on the Python engine dropped rows reach Python in a text form, kept rows stay in
-    the JVM; every row crosses (``mapInArrow``, the plan for columns without a text form,
-    forced here on the same input). What lands is what came in, value for value, of the Arrow
-    types the every-row plan gives."""
+    """Three plans, one result: the JVM engine writes the Parquet file with Spark's Parquet
+    writer (no row crosses into Python); on the Python engine dropped rows reach Python in a
+    text form, kept rows stay in the JVM; every row crosses (``mapInArrow``, the plan for
+    columns without a text form, forced here on the same input). What lands is what came in,
+    value for value: the Python plans' files of the Arrow types the every-row plan gives, and
+    every file read back by ``spark.read.parquet`` as the input's schema and values."""
     from unittest import mock
 
     from pyspark.sql import functions as F
+
+    from wmobs.policy.deadletter import DeadLetterPlan
 
     if "python" not in engines(spark):
         pytest.skip("Spark 3.5 has no Python engine to compare with")
@@ -330,41 +346,102 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
     applied = TimePolicy(event_time="ts", arrival_time=None, engine="jvm").apply(
         stream, checkpoint_location=str(tmp_path / "plan"), dead_letter=str(tmp_path / "x")
     )
-    plan = applied._jdf.queryExecution().analyzed().toString()
+    plan = _plan_of(applied)
     assert "MapInArrow" not in plan and "hand_over" not in plan  # the JVM's plan
     assert "wmobs_dead_letters(" in plan
 
-    jvm = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "jvm")
+    jvm = _run_dead_letters(spark, stream, tmp_path / "jvm")
     text = _dead_letters_of(spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "text", "python")
     applied = TimePolicy(event_time="ts", arrival_time=None, engine="python").apply(
         stream, checkpoint_location=str(tmp_path / "plan1"), dead_letter=str(tmp_path / "w")
     )
     # PySpark 4.0 has no Arrow-iterator UDFs: its Python engine takes the every-row plan.
     text_plan = "hand_over" if hasattr(F, "arrow_udf") else "MapInArrow"
-    assert text_plan in applied._jdf.queryExecution().analyzed().toString()
+    assert text_plan in _plan_of(applied)
     # Not an engine: the Python engine's plan for a column without an exact text form.
-    with mock.patch("wmobs.policy.deadletter.dead_letter_filter", lambda *a, **k: None):
+    every = DeadLetterPlan("python_all", "forced by the test")
+    with mock.patch("wmobs.policy._time_policy.choose_plan", lambda *a, **k: every):
         every_row = _dead_letters_of(
             spark, tmp_path / "in", TYPED_SCHEMA, tmp_path / "slow", "python"
         )
 
     columns = expected.column_names
     as_written = expected.cast(every_row.select(columns).schema)  # the session's time zone
-    for fast in (jvm, text):
-        assert fast.schema == every_row.schema
-        # repr: NaN equals NaN there, and -0.0 differs from 0.0
-        assert repr(fast.to_pylist()) == repr(every_row.to_pylist())
-        assert repr(fast.select(columns).to_pylist()) == repr(as_written.to_pylist())
-        assert fast.column("wmobs_rule").to_pylist() == ["invalid_time"] * 5
-        assert fast.column("wmobs_policy").to_pylist() == ["typed"] * 5
-        assert fast.column("wmobs_batch_id").to_pylist() == [0] * 5
+    assert text.schema == every_row.schema
+    # repr: NaN equals NaN there, and -0.0 differs from 0.0
+    assert repr(text.to_pylist()) == repr(every_row.to_pylist())
+    assert repr(text.select(columns).to_pylist()) == repr(as_written.to_pylist())
+    for table in (text, every_row):
+        assert table.column("wmobs_rule").to_pylist() == ["invalid_time"] * 5
+        assert table.column("wmobs_policy").to_pylist() == ["typed"] * 5
+        assert table.column("wmobs_batch_id").to_pylist() == [0] * 5
 
-    # A column without an exact text form (here a map) takes the every-row plan.
+    # Spark reads the JVM's file as it reads the Python plans': the input's schema, then the
+    # policy's columns, the same values.
+    read = spark.read.parquet(str(jvm)).drop("batch_id")
+    assert read.schema == stream.schema.add("wmobs_rule", "string").add(
+        "wmobs_policy", "string"
+    ).add("wmobs_batch_id", "long")
+    python_read = spark.read.parquet(str(tmp_path / "slow" / "dead")).drop("batch_id")
+    got, want = (to_arrow(df.orderBy("l")) for df in (read, python_read))
+    assert want.schema == got.schema
+    assert repr(got.to_pylist()) == repr(want.to_pylist())
+
+    # A column without an exact text form (here a map) takes the every-row plan on the Python
+    # engine's destinations; the JVM's writer takes it.
     nested = stream.withColumn("m", F.create_map(F.col("str"), F.col("l")))
     applied = TimePolicy(event_time="ts", arrival_time=None).apply(
         nested, checkpoint_location=str(tmp_path / "plan2"), dead_letter=str(tmp_path / "y")
     )
-    assert "MapInArrow" in applied._jdf.queryExecution().analyzed().toString()
+    assert "wmobs_dead_letters(" in _plan_of(applied)
+    applied = TimePolicy(event_time="ts", arrival_time=None).apply(
+        nested,
+        checkpoint_location=str(tmp_path / "plan3"),
+        dead_letter=wmobs.DeadLetter(str(tmp_path / "z"), format="json"),
+    )
+    assert "MapInArrow" in _plan_of(applied)
+
+
+def test_the_jvm_writes_every_type_spark_writes_to_parquet(spark: Any, tmp_path: Path) -> None:
+    """On the JVM engine a Parquet directory is written by Spark's own Parquet writer: structs,
+    arrays, maps (Kafka headers, ``from_json`` output), ``TIMESTAMP_NTZ`` and ANSI intervals
+    come back from ``spark.read.parquet`` as they went in, with no fallback plan; a column
+    Parquet cannot hold (an interval of months and days) is an error at ``apply`` naming it."""
+    from pyspark.sql import functions as F
+
+    rows = spark.sql(
+        """SELECT CAST(NULL AS TIMESTAMP) AS ts, id,
+                  named_struct('x', id * 1.5D, 'tags', array('a', CAST(id AS STRING))) AS point,
+                  array(named_struct('key', 'k', 'value', CAST('v' AS BINARY))) AS headers,
+                  CASE WHEN id = 2 THEN NULL ELSE map('n', CAST(id AS BIGINT)) END AS attrs,
+                  TIMESTAMP_NTZ'2026-11-27 10:00:00.123456' AS local,
+                  INTERVAL '1 02:03:04.5' DAY TO SECOND * id AS took,
+                  INTERVAL '2-3' YEAR TO MONTH AS months
+           FROM range(0, 4) AS r(id)"""
+    )
+    rows.write.parquet(str(tmp_path / "in"))
+    stream = spark.readStream.schema(rows.schema).parquet(str(tmp_path / "in"))
+    dead = _run_dead_letters(spark, stream, tmp_path / "run", name="nested")
+
+    read = spark.read.parquet(str(dead))
+    assert read.drop("batch_id").schema == stream.schema.add("wmobs_rule", "string").add(
+        "wmobs_policy", "string"
+    ).add("wmobs_batch_id", "long")
+    # PySpark cannot collect year-month intervals: both as text
+    comparable = [F.col(c).cast("string") if c in ("took", "months") else c for c in rows.columns]
+    got = read.select(*comparable).orderBy("id").collect()
+    assert got == rows.select(*comparable).orderBy("id").collect()
+    assert {r.wmobs_rule for r in read.select("wmobs_rule").collect()} == {"invalid_time"}
+
+    if spark.version.startswith("3."):
+        return  # PySpark 3.5 cannot read the schema of a DataFrame with such a column
+    calendar = stream.withColumn("span", F.expr("make_interval(0, 1, 0, 2)"))
+    with pytest.raises(TypeError, match=r"dead_letter: .*`span` \(interval\)"):
+        TimePolicy(event_time="ts", arrival_time=None).apply(
+            calendar,
+            checkpoint_location=str(tmp_path / "c"),
+            dead_letter=str(tmp_path / "never"),
+        )
 
 
 @pytest.mark.parametrize("judge", ["jvm", "python"])

@@ -193,6 +193,7 @@ def test_observed_metrics_follow_the_naming_convention(rec: MetricsRecorder) -> 
             rule_column("early_arrival", "dropped"): 1,
             "dead_letter_rows": 1,
             "engine": "jvm",
+            "dead_letter_plan": "jvm",
             "weird": 9,
         },
         "wmobs": {"idle_timeout_firings": 2, rule_column("late_arrival", "adjusted"): None},
@@ -214,8 +215,9 @@ def test_observed_metrics_follow_the_naming_convention(rec: MetricsRecorder) -> 
     assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="p1") == 2
     assert rec.value("wmobs_dead_letter_rows_total", query="q", policy="wmobs") is None
     assert rec.value("wmobs_idle_timeout_firings_total", query="q", policy="wmobs") == 4
-    assert rec.value("wmobs_policy_info", query="q", policy="p1", engine="jvm") == 1
-    assert rec.value("wmobs_policy_info", query="q", policy="wmobs", engine="jvm") is None
+    info = {"query": "q", "engine": "jvm", "dead_letters": "jvm"}
+    assert rec.value("wmobs_policy_info", **info, policy="p1") == 1
+    assert rec.value("wmobs_policy_info", **info, policy="wmobs") is None
 
 
 def test_two_policies_of_one_query_are_counted_apart(rec: MetricsRecorder) -> None:
@@ -226,11 +228,13 @@ def test_two_policies_of_one_query_are_counted_apart(rec: MetricsRecorder) -> No
             rule_column("early_arrival", "dropped"): 3,
             "dead_letter_rows": 3,
             "engine": "jvm",
+            "dead_letter_plan": "jvm",
         },
         "wmobs.policy.views": {
             rule_column("late_arrival", "dropped"): 5,
             "dead_letter_rows": 5,
             "engine": "python",
+            "dead_letter_plan": "python_dropped",
         },
     }
     rec.tracker.on_progress(progress_json(observed=observed))
@@ -243,10 +247,13 @@ def test_two_policies_of_one_query_are_counted_apart(rec: MetricsRecorder) -> No
     assert rec.value(events, **views, rule="early_arrival", action="dropped") == 0
     assert rec.value("wmobs_dead_letter_rows_total", **clicks) == 3
     assert rec.value("wmobs_dead_letter_rows_total", **views) == 5
-    assert rec.value("wmobs_policy_info", **clicks, engine="jvm") == 1
-    assert rec.value("wmobs_policy_info", **views, engine="python") == 1
+    jvm = {"engine": "jvm", "dead_letters": "jvm"}
+    assert rec.value("wmobs_policy_info", **clicks, **jvm) == 1
+    assert (
+        rec.value("wmobs_policy_info", **views, engine="python", dead_letters="python_dropped") == 1
+    )
     rec.tracker.on_terminated(rec.tracker.snapshot("q").query_id, None)  # type: ignore[union-attr]
-    assert rec.value("wmobs_policy_info", **clicks, engine="jvm") is None  # not running
+    assert rec.value("wmobs_policy_info", **clicks, **jvm) is None  # not running
     assert rec.value("wmobs_dead_letter_rows_total", **clicks) == 3  # counters stay
 
 

@@ -80,34 +80,51 @@ def test_dead_letter_destinations() -> None:
         DeadLetter.of(" ")
 
 
+_OPTIONS = Storage(options={"endpoint_url": "http://x"})
+
+
 @pytest.mark.parametrize(
-    ("sink", "extra"),
+    ("sink", "jvm", "extra", "expected"),
     [
-        (DeadLetter(function=print), None),
-        (DeadLetter("/tmp/dead", format="json"), None),
-        (DeadLetter("s3a://b/dead", storage=Storage(options={"endpoint_url": "http://x"})), None),
-        (DeadLetter("/tmp/dead"), "array"),
-        (DeadLetter("/tmp/dead"), "timestamp_ntz"),
+        (None, True, None, "none"),
+        (None, False, None, "none"),
+        (DeadLetter("/tmp/dead"), True, None, "jvm"),
+        (DeadLetter("/tmp/dead"), True, "array", "jvm"),  # Spark's writer takes every type
+        (DeadLetter("s3a://b/dead"), True, "timestamp_ntz", "jvm"),
+        (DeadLetter("/tmp/dead"), False, None, "python_dropped"),
+        (DeadLetter("/tmp/dead"), False, "array", "python_all"),
+        (DeadLetter("/tmp/dead"), False, "timestamp_ntz", "python_all"),
+        (DeadLetter(function=print), True, None, "python_dropped"),
+        (DeadLetter("/tmp/dead", format="json"), True, None, "python_dropped"),
+        (DeadLetter("s3a://b/dead", storage=_OPTIONS), True, None, "python_dropped"),
+        (DeadLetter("s3a://b/dead", storage=_OPTIONS), True, "array", "python_all"),
     ],
 )
-def test_dead_letters_the_jar_does_not_write(sink: DeadLetter, extra: str | None) -> None:
-    """Where the JAR's Parquet writer does not apply, ``dead_letter_writer`` says so before it
-    looks for a session (the caller then hands dropped rows to Python): function and JSON
-    destinations, storage with options of its own (fsspec's credentials, not Hadoop's), and
-    columns that are not flat scalars."""
+def test_the_dead_letter_plan_is_decided_once_from_the_destination_engine_and_types(
+    sink: DeadLetter | None, jvm: bool, extra: str | None, expected: str
+) -> None:
+    """``choose_plan``, before any session is asked: no destination, counted only; on the JVM
+    engine a Parquet directory reached through Hadoop is Spark's writer's, whatever its column
+    types; elsewhere Python gets the dropped rows, or every row where a column has no exact text
+    form (or PySpark before 4.1 has no Arrow-iterator UDF). Each plan says why."""
+    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from wmobs.policy.deadletter import dead_letter_writer
+    from wmobs.observations import DEAD_LETTER_PLANS
+    from wmobs.policy.deadletter import choose_plan
 
     other = {"array": T.ArrayType(T.IntegerType()), "timestamp_ntz": T.TimestampNTZType()}
     fields = [T.StructField("id", T.IntegerType())]
     if extra is not None:
         fields.append(T.StructField("x", other[extra]))
-    struct = T.StructType(fields)
-    written = dead_letter_writer(
-        sink, struct, "v", 1, [], policy="p", timezone="UTC", large_types=False
-    )
-    assert written is None
+    plan = choose_plan(sink, jvm=jvm, schema=T.StructType(fields))
+    if expected == "python_dropped" and not hasattr(F, "arrow_udf"):
+        expected = "python_all"  # PySpark 4.0
+    assert plan.name == expected
+    assert plan.name in DEAD_LETTER_PLANS
+    assert plan.reason
+    if extra is not None and plan.name == "python_all":
+        assert "x" in plan.reason
 
 
 def test_the_jar_of_each_spark_line_is_in_the_package() -> None:

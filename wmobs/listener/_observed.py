@@ -12,6 +12,8 @@ from typing import Any
 from wmobs.observations import (
     ACTIONS,
     DEAD_LETTER_COLUMN,
+    DEAD_LETTER_PLAN_COLUMN,
+    DEAD_LETTER_PLANS,
     ENGINE_COLUMN,
     ENGINES,
     HISTOGRAMS,
@@ -74,6 +76,8 @@ class PolicyCounts:
     dead_letter_rows: int | None = None
     idle_timeout_firings: int | None = None
     engine: str | None = None
+    dead_letter_plan: str | None = None
+    """How it keeps the rows it drops (one of :data:`~wmobs.observations.DEAD_LETTER_PLANS`)."""
     watermark_us: int | None = None
     event_time_us: int | None = None
     spread_us: int | None = None
@@ -152,6 +156,10 @@ def _fold_column(policy: PolicyCounts, column: str, value: Any) -> bool:
         if value not in ENGINES:
             return False
         policy.engine = str(value)
+    elif column == DEAD_LETTER_PLAN_COLUMN:
+        if value not in DEAD_LETTER_PLANS:
+            return False
+        policy.dead_letter_plan = str(value)
     elif column == INPUT_WATERMARK_COLUMN:
         policy.watermark_us = None if value is None else int(value)
     elif column == INPUT_EVENT_TIME_COLUMN:

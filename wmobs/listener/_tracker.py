@@ -93,6 +93,8 @@ class PolicySnapshot:
     idle_timeout_firings: int | None = None
     engine: str | None = None
     """The engine it runs on (``jvm`` or ``python``), once an observation says."""
+    dead_letter_plan: str | None = None
+    """How it keeps the rows it drops, once an observation says."""
     watermark: float | None = None
     """Largest watermark of this input seen, unix seconds."""
     max_event_time: float | None = None
@@ -276,6 +278,8 @@ def _fold_policy(policy: PolicySnapshot, counts: PolicyCounts) -> None:
     _add_counters(policy, counts)
     if counts.engine is not None:
         policy.engine = counts.engine
+    if counts.dead_letter_plan is not None:
+        policy.dead_letter_plan = counts.dead_letter_plan
     policy.watermark = _later(policy.watermark, counts.watermark_us)
     policy.max_event_time = _later(policy.max_event_time, counts.event_time_us)
     if counts.spread_us is not None:

@@ -22,7 +22,8 @@ Prometheus name                            type       labels                    
 ``wmobs_policy_events_total``              counter    query, policy, rule, action  ``{event}``
 ``wmobs_dead_letter_rows_total``           counter    query, policy                ``{row}``
 ``wmobs_idle_timeout_firings_total``       counter    query, policy                ``{firing}``
-``wmobs_policy_info``                      gauge      query, policy, engine        ``{policy}``
+``wmobs_policy_info``                      gauge      query, policy, engine,       ``{policy}``
+                                                      dead_letters
 ``wmobs_query_active``                     gauge      query                        ``{query}``
 ``wmobs_query_terminations_total``         counter    query, outcome               ``{query}``
 ``wmobs_source_backlog_records``           gauge      query, source                ``{record}``
@@ -32,7 +33,9 @@ Prometheus name                            type       labels                    
 Label ``policy`` is a time policy's name (``TimePolicy(name=...)``, or the default name an
 unnamed policy gets, the one its state directory uses) on every metric that has it; ``rule``
 is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``invalid_time``),
-``action`` what it did (``adjusted``, ``dropped``), ``engine`` ``jvm`` or ``python``.
+``action`` what it did (``adjusted``, ``dropped``), ``engine`` ``jvm`` or ``python``,
+``dead_letters`` how the policy keeps the rows it drops (``none``, ``jvm``, ``python_dropped``,
+``python_all``: :data:`wmobs.observations.DEAD_LETTER_PLANS`).
 
 - ``wmobs_watermark_delay_seconds``: wall clock **at collection** minus the largest watermark
   seen, so it keeps growing while a query is stalled or idle.
@@ -50,7 +53,8 @@ is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``in
   observation arrives, with every known ``rule``/``action`` pair starting at 0. Two policies
   of one query (a join or union of two policed inputs) are counted apart.
 - ``wmobs_policy_info`` is 1 for each time policy of a running query, once its first
-  observation says which engine runs it (absent after the query terminates).
+  observation says which engine runs it and how it keeps dropped rows (absent after the
+  query terminates).
 - ``wmobs_query_terminations_total{outcome="stopped"|"failed"}`` starts at 0 for both outcomes.
 - ``wmobs_input_watermark_delay_seconds`` and ``wmobs_input_event_time_lag_seconds``: the same
   as the query's two time gauges, for one input (one time policy): wall
@@ -120,7 +124,7 @@ CONTRACT: dict[str, tuple[str, tuple[str, ...]]] = {
     "wmobs_policy_events_total": ("counter", ("query", "policy", "rule", "action")),
     "wmobs_dead_letter_rows_total": ("counter", ("query", "policy")),
     "wmobs_idle_timeout_firings_total": ("counter", ("query", "policy")),
-    "wmobs_policy_info": ("gauge", ("query", "policy", "engine")),
+    "wmobs_policy_info": ("gauge", ("query", "policy", "engine", "dead_letters")),
     "wmobs_query_active": ("gauge", ("query",)),
     "wmobs_query_terminations_total": ("counter", ("query", "outcome")),
     "wmobs_input_watermark_delay_seconds": ("gauge", ("query", "policy")),
@@ -247,7 +251,8 @@ def _policy_info(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
     if snap.active:
         for policy, state in snap.policies.items():
             if state.engine is not None:
-                yield Observation(1, {**_p(snap, policy), "engine": state.engine})
+                labels = {"engine": state.engine, "dead_letters": state.dead_letter_plan or ""}
+                yield Observation(1, {**_p(snap, policy), **labels})
 
 
 def _source_backlog(snap: QuerySnapshot, now: float) -> Iterable[Observation]:
@@ -338,7 +343,8 @@ OBSERVABLES: tuple[Observable, ...] = (
     ),
     Observable(
         "wmobs.policy.info", "wmobs_policy_info", "gauge", "{policy}",
-        "1 for each time policy of a running query, labelled with the engine that runs it.",
+        "1 for each time policy of a running query, labelled with the engine that runs it "
+        "and how it keeps the rows it drops.",
         _policy_info,
     ),
     Observable(

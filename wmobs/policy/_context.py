@@ -1,6 +1,6 @@
 """What every stage of one policy's plan needs to know, resolved once by ``TimePolicy.apply``:
 the policy's settings, its tolerances, where its query keeps its checkpoint, how wmobs reaches
-storage beside Spark, and the engine it runs on."""
+storage beside Spark, the engine it runs on and how it keeps the rows it drops."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._engine import Engine
 from wmobs.policy._storage import Storage
+from wmobs.policy.deadletter import NOT_KEPT, DeadLetterPlan
 
 __all__ = ["Context"]
 
@@ -36,6 +37,8 @@ class Context:
     checkpoint: str | None
     storage: Storage
     engine: Engine
+    dead_letters: DeadLetterPlan = NOT_KEPT
+    """How dropped rows are kept (:func:`wmobs.policy.deadletter.choose_plan`)."""
     renamed: dict[str, str] = field(default_factory=dict)
     """Input columns with a ``.`` in their name -> their name inside the plan."""
     relative_to: str = ""

@@ -14,7 +14,8 @@ Spark Connect too:
 - ``wmobs_judge(spec, event_us, arrival_us, watermark_ms, batch_ms)``: one field of a row's
   judgement by the policy's stateless rules (``PolicyRules.java``);
 - ``wmobs_policy_observation(spec, ...)``: everything a policy observes, one aggregate;
-- ``wmobs_dead_letters(spec, row)``: a dropped row written to its task's Parquet file;
+- ``wmobs_dead_letters(spec, row, verdict)``: a dropped row written to its task's Parquet
+  file by Spark's Parquet writer;
 - ``wmobs_substreams(spec, c0, c1, ...)``: substreams' per-key judge in Spark's state store,
   called by name over Spark Connect (the extension's analyzer rule plans it; a classic
   session calls ``io.wmobs.spark.Substreams.judge`` through its JVM);
@@ -278,9 +279,10 @@ def observation(spec: Mapping[str, Any], *arguments: Any) -> Any:
     return call("wmobs_policy_observation", spec, *arguments)
 
 
-def dead_letters(spec: Mapping[str, Any], row: Any) -> Any:
-    """``DeadLetterWriter``: writes the dropped ``row`` (a struct) to its task's file; false."""
-    return call("wmobs_dead_letters", spec, row)
+def dead_letters(spec: Mapping[str, Any], row: Any, verdict: Any) -> Any:
+    """``DeadLetterWriter``: writes the dropped ``row`` (a struct of its columns) with the rule
+    its ``verdict`` gives to its task's Parquet file, by Spark's Parquet writer; false."""
+    return call("wmobs_dead_letters", spec, row, verdict)
 
 
 def substreams(df: Any, spec: Mapping[str, Any]) -> Any:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from wmobs.observations import (
     DEAD_LETTER_COLUMN,
+    DEAD_LETTER_PLAN_COLUMN,
     ENGINE_COLUMN,
     HISTOGRAMS,
     IDLE_TIMEOUT_COLUMN,
@@ -67,15 +68,18 @@ def observations(
     """What ``observe`` counts, and ``staged`` with the columns it reads."""
     from pyspark.sql import functions as F
 
-    engine = F.lit(ctx.engine.name).alias(ENGINE_COLUMN)
+    said = [
+        F.lit(ctx.engine.name).alias(ENGINE_COLUMN),
+        F.lit(ctx.dead_letters.name).alias(DEAD_LETTER_PLAN_COLUMN),
+    ]
     if ctx.engine.jvm:
         staged, column = _jvm_observation(ctx, staged, dead_letters)
-        return staged, [column, engine]
+        return staged, [column, *said]
     counts = _counts(ctx, staged, dead_letters)
     if not ctx.distributions:
-        return staged, [*counts, engine]
+        return staged, [*counts, *said]
     staged, distributions = _distributions(staged, ctx.idle, _queueing(ctx))
-    return staged, [*counts, *distributions, engine]
+    return staged, [*counts, *distributions, *said]
 
 
 def _queueing(ctx: Context) -> bool:

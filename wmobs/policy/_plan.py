@@ -68,16 +68,24 @@ def _dead_letters(
     ctx: Context, observed: DataFrame, sink: DeadLetter, schema: StructType
 ) -> DataFrame:
     """The kept rows of ``observed``; the dropped ones, with the input columns of ``schema``,
-    handed to ``sink`` in the same tasks, by the cheapest plan that applies
-    (:mod:`wmobs.policy.deadletter`): on the JVM engine a Parquet directory is written by the
-    JVM (``dead_letter_writer``); a Python destination gets the dropped rows, kept rows staying
-    in the JVM (``dead_letter_filter``); else every row goes through Python
-    (``dead_letter_stage``)."""
+    handed to ``sink`` in the same tasks, by the plan ``apply`` chose
+    (:func:`wmobs.policy.deadletter.choose_plan`): ``jvm``, a Parquet directory written by
+    Spark's Parquet writer in the JVM (``dead_letter_writer``); ``python_dropped``, the
+    dropped rows handed to Python, kept rows staying in the JVM (``dead_letter_filter``);
+    ``python_all``, every row through Python (``dead_letter_stage``)."""
     from pyspark.sql import functions as F
 
     from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage, dead_letter_writer
 
     original = {inside: name for name, inside in ctx.renamed.items()}
+    plan = ctx.dead_letters.name
+    if plan == "jvm":
+        write = dead_letter_writer(
+            sink, schema.names, VERDICT, DROP_POLICIES, policy=ctx.name, rename=original
+        )
+        is_dropped = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) != 0
+        keep = F.when(is_dropped, write).otherwise(F.lit(True))
+        return _checked_by_hadoop(lambda: observed.filter(keep))
     timezone = _session_conf(observed, "spark.sql.session.timeZone") or "UTC"
     large = _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
     large_types = large.lower() == "true"
@@ -88,12 +96,10 @@ def _dead_letters(
         "large_types": large_types,
         "rename": original,
     }
-    written = dead_letter_writer(sink, schema, *bits, **options) if ctx.engine.jvm else None
-    if written is not None:
-        return _checked_by_hadoop(lambda: observed.filter(written))
-    keep = dead_letter_filter(sink, schema, *bits, **options)
-    if keep is not None:
-        return observed.filter(keep)
+    if plan == "python_dropped":
+        handed = dead_letter_filter(sink, schema, *bits, **options)
+        assert handed is not None, "choose_plan chose python_dropped where it does not apply"
+        return observed.filter(handed)
     columns = schema.names
     passed = [*columns, TS, VERDICT, *([IDLE] if ctx.idle else [])]  # only what is needed
     observed = observed.select(*[F.col(f"`{c}`") for c in passed])
@@ -105,8 +111,9 @@ def _dead_letters(
 
 def _checked_by_hadoop(plan: Callable[[], DataFrame]) -> DataFrame:
     """``plan()``, where wmobs' JVM checks on the driver that Hadoop reaches the dead letters'
-    directory (``DeadLetterWriter.reachable``): its error as the Python engine's
-    :class:`~wmobs.StorageError` naming ``dead_letter`` (a classic session analyses the plan
+    directory (``DeadLetterWriter.reachable``) and that Spark's Parquet writer takes every
+    column: its errors as the Python engine's, a :class:`~wmobs.StorageError` naming
+    ``dead_letter``, or a ``TypeError`` naming the columns (a classic session analyses the plan
     here; over Spark Connect the check's error comes when the query starts)."""
     from wmobs.policy._storage import StorageError
 
@@ -115,10 +122,13 @@ def _checked_by_hadoop(plan: Callable[[], DataFrame]) -> DataFrame:
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         marker = "wmobs: "
-        if marker in first and "dead letters' directory" in first:
-            raise StorageError(
-                f"dead_letter: {first[first.index(marker) + len(marker) :]}"
-            ) from exc
+        if marker not in first:
+            raise
+        said = first[first.index(marker) + len(marker) :]
+        if "dead letters' directory" in said:
+            raise StorageError(f"dead_letter: {said}") from exc
+        if said.startswith("dead_letter: "):
+            raise TypeError(said) from exc
         raise
 
 

@@ -70,7 +70,7 @@ from wmobs.policy._engine import ENGINES, Engine, choose
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
 from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import INTERNAL
-from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
+from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction, DeadLetterPlan, choose_plan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -259,7 +259,9 @@ class TimePolicy:
                 "idle_timeout: without substream_by the idle timeout reads the query's "
                 "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
             )
-        engine = self._engine(df)
+        engine = choose(df.sparkSession, self.engine)
+        plan = choose_plan(sink, jvm=engine.jvm, schema=df.schema)
+        self._log_choices(engine, plan)
         # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.
         checkpoint_location = qualified_path(df.sparkSession, checkpoint_location or "") or None
         if sink is not None and sink.directory is not None:
@@ -267,7 +269,7 @@ class TimePolicy:
         root = checkpoint_location or _session_checkpoint_root(df)
         if root and not engine.jvm:
             resolved.check(root, "checkpoint_location")
-        if sink is not None and not (engine.jvm and sink.written_by_hadoop):
+        if sink is not None and plan.name != "jvm":  # the JVM checks its own, as it plans
             sink.check()
         ctx = Context(
             name=self.state_name,
@@ -283,6 +285,7 @@ class TimePolicy:
             checkpoint=checkpoint_location,
             storage=resolved,
             engine=engine,
+            dead_letters=plan,
             renamed=dotted_names(df.columns),
             relative_to=""
             if checkpoint_location or engine.jvm
@@ -290,15 +293,19 @@ class TimePolicy:
         )
         return build(ctx, df, sink)
 
-    def _engine(self, df: DataFrame) -> Engine:
-        """The engine for this ``apply``, logged once at info with its reason."""
+    def _log_choices(self, engine: Engine, plan: DeadLetterPlan) -> None:
+        """The engine for this ``apply`` and its dead-letter plan, logged once at info, each
+        with its reason."""
         from wmobs._log import get_logger
 
-        engine = choose(df.sparkSession, self.engine)
         get_logger().info(
-            "wmobs.engine", policy=self.state_name, engine=engine.name, reason=engine.reason
+            "wmobs.engine",
+            policy=self.state_name,
+            engine=engine.name,
+            reason=engine.reason,
+            dead_letters=plan.name,
+            dead_letters_reason=plan.reason,
         )
-        return engine
 
     # ---- validation -----------------------------------------------------------------------
 

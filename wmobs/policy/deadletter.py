@@ -21,16 +21,21 @@ in the same tasks as the policy's ``observe``: the rows counted as
 ``wmobs_dead_letter_rows_total`` are exactly the rows handed to the destination (a task that
 fails to write fails, and its counts are discarded with it).
 
-Cost, cheapest first (the README's benchmark has each):
+The plan, decided once when the policy is applied (:func:`choose_plan`), logged with the
+engine (``wmobs.engine``) and exported as the ``dead_letters`` label of ``wmobs_policy_info``;
+cheapest first (the benchmarks page has each):
 
-- On the JVM engine, a Parquet directory reached with the default :class:`Storage`
+- ``jvm``: on the JVM engine, a Parquet directory reached with the default :class:`Storage`
   (credentials from the environment, as Spark's): nothing crosses into Python. A JVM
-  function, called only for dropped rows, writes each task's file with the session's Hadoop
-  configuration (:func:`dead_letter_writer`).
-- Elsewhere, kept rows stay in the JVM; each dropped row crosses into Python as one JSON string
-  of exact text forms of its columns, each kept row as one null (:func:`dead_letter_filter`).
-- Columns without such a form (nested, maps, intervals, ``TIMESTAMP_NTZ``), and PySpark before
-  4.1, take the plan where every row crosses (:func:`dead_letter_stage`, ``mapInArrow``).
+  function, called only for dropped rows, writes each task's file with Spark's own Parquet
+  writer, the session's Parquet settings and its Hadoop configuration
+  (:func:`dead_letter_writer`): every type Spark writes to Parquet, nested ones included.
+- ``python_dropped``: elsewhere, kept rows stay in the JVM; each dropped row crosses into
+  Python as one JSON string of exact text forms of its columns, each kept row as one null
+  (:func:`dead_letter_filter`).
+- ``python_all``: columns without such a form (nested, maps, intervals, ``TIMESTAMP_NTZ``),
+  and PySpark before 4.1, take the plan where every row crosses (:func:`dead_letter_stage`,
+  ``mapInArrow``).
 
 Without ``dead_letter`` no Python runs per row and dropped rows are only counted.
 """
@@ -48,10 +53,13 @@ from wmobs.policy._storage import Storage
 
 __all__ = [
     "BATCH_COLUMN",
+    "NOT_KEPT",
     "POLICY_COLUMN",
     "RULE_COLUMN",
     "DeadLetter",
     "DeadLetterFunction",
+    "DeadLetterPlan",
+    "choose_plan",
     "dead_letter_filter",
     "dead_letter_stage",
     "dead_letter_writer",
@@ -239,23 +247,90 @@ def _hand_over(
     sink.write(table, batch_id, context.partitionId(), writer=writer_name(policy, task_query_id()))
 
 
+# ---- which plan, decided once ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeadLetterPlan:
+    """How a policy keeps the rows it drops, decided once when it is applied (beside its
+    engine, logged with it, and exported as the ``dead_letters`` label of
+    ``wmobs_policy_info``): ``name`` is one of
+    :data:`~wmobs.observations.DEAD_LETTER_PLANS`, ``reason`` says why."""
+
+    name: str
+    reason: str
+
+
+NOT_KEPT = DeadLetterPlan("none", "no dead_letter: dropped rows are counted, not kept")
+
+
+def choose_plan(sink: DeadLetter | None, *, jvm: bool, schema: Any) -> DeadLetterPlan:
+    """The plan for ``sink`` on the JVM engine (``jvm``) or the Python engine, over input
+    columns ``schema`` (a ``StructType``): the cheapest that keeps every column exactly."""
+    from pyspark.sql import functions as F
+
+    if sink is None:
+        return NOT_KEPT
+    if jvm and sink.written_by_hadoop:
+        return DeadLetterPlan(
+            "jvm",
+            "a Parquet directory on the JVM engine: Spark's Parquet writer writes it in the "
+            "tasks, through Hadoop with the session's configuration; no row crosses into Python",
+        )
+    if sink.function is not None:
+        why = "a function destination"
+    elif sink.format != "parquet":
+        why = f"format={sink.format!r}, written by Python"
+    elif jvm:
+        why = "a directory with a Storage of its own (fsspec's credentials, not Hadoop's)"
+    else:
+        why = "the Python engine"
+    if not hasattr(F, "arrow_udf"):
+        return DeadLetterPlan(
+            "python_all",
+            f"{why}; PySpark before 4.1 has no Arrow-iterator UDF: every row crosses into Python",
+        )
+    untextual = [f.name for f in schema.fields if _text_kind(f.dataType) is None]
+    if untextual:
+        return DeadLetterPlan(
+            "python_all",
+            f"{why}; column(s) {', '.join(untextual)} have no exact text form: every row "
+            "crosses into Python",
+        )
+    return DeadLetterPlan(
+        "python_dropped", f"{why}: dropped rows cross into Python, kept rows stay in the JVM"
+    )
+
+
 # ---- the plan where nothing crosses into Python ------------------------------------------
 
-# Spark's scalar types -> the kinds of ``DeadLetterWriter.java``, and how each is passed.
-_KINDS = {
-    "ByteType": "byte",
-    "ShortType": "short",
-    "IntegerType": "int",
-    "LongType": "long",
-    "FloatType": "float",
-    "DoubleType": "double",
-    "DecimalType": "decimal",
-    "BooleanType": "boolean",
-    "StringType": "string",
-    "BinaryType": "binary",
-    "DateType": "date",
-    "TimestampType": "timestamp",
-}
+
+def dead_letter_writer(
+    sink: DeadLetter,
+    columns: list[str],
+    verdict_column: str,
+    rule_bits: list[tuple[str, int]],
+    *,
+    policy: str,
+    rename: Mapping[str, str] | None = None,
+) -> Any:
+    """On the JVM engine, for a Parquet directory (plan ``jvm``): the Column that calls wmobs'
+    ``wmobs_dead_letters`` on a dropped row (the ``CASE`` branch of the policy's filter): each
+    task writes its dropped rows' ``columns`` (``rename`` applied to their names) to one
+    Parquet file with Spark's own Parquet writer and the session's Parquet settings, every
+    Spark type that Parquet takes, nested ones included. No row crosses into Python."""
+    from pyspark.sql import functions as F
+
+    from wmobs.policy import _jvm
+
+    assert sink.directory is not None
+    rename = rename or {}
+    spec = {"directory": sink.directory, "rules": [list(p) for p in rule_bits], "policy": policy}
+    row = F.struct(*[F.col(f"`{c}`").alias(rename.get(c, c)) for c in columns])
+    return _jvm.dead_letters(spec, row, F.col(verdict_column).cast("long"))
+
+
+# ---- the plan where kept rows stay in the JVM ---------------------------------------------
 
 
 def _arrow_type(data_type: Any, timezone: str, large_types: bool) -> Any:
@@ -275,75 +350,6 @@ def _arrow_type(data_type: Any, timezone: str, large_types: bool) -> Any:
     if pa.types.is_timestamp(found) and found.tz is not None:
         return pa.timestamp(found.unit, tz=timezone)
     return found
-
-
-def dead_letter_writer(
-    sink: DeadLetter,
-    schema: Any,
-    verdict_column: str,
-    dropped_bits: int,
-    rule_bits: list[tuple[str, int]],
-    *,
-    policy: str,
-    timezone: str,
-    large_types: bool,
-    rename: Mapping[str, str] | None = None,
-) -> Any | None:
-    """On the JVM engine: a boolean Column, true for the rows to keep, whose ``CASE`` branch
-    for dropped rows calls wmobs' ``wmobs_dead_letters``: each task writes its dropped rows to
-    one Parquet file, with the columns and the Arrow schema (``ARROW:schema``: ``timezone``,
-    ``large_types``) that :func:`dead_letter_stage` would write, ``rename`` applied to their
-    names. No row crosses into Python.
-
-    ``None`` where it does not apply: a function or JSON destination (Python code of the
-    user's, or pandas' JSON); a directory with a :class:`Storage` of its own (its credentials
-    are fsspec's, not Hadoop's); a column of ``schema`` that is not a flat scalar."""
-    import base64
-
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
-    from wmobs.policy import _jvm
-
-    if not sink.written_by_hadoop:
-        return None
-    rename = rename or {}
-    fields: list[dict[str, Any]] = []
-    arguments: list[Any] = []
-    arrow: list[Any] = []
-    found = [_KINDS.get(type(field.dataType).__name__) for field in schema.fields]
-    kinds = [kind for kind in found if kind is not None]
-    if len(kinds) < len(found):
-        return None
-    for field, kind in zip(schema.fields, kinds, strict=True):
-        name = rename.get(field.name, field.name)
-        column = F.col(f"`{field.name}`")
-        spec: dict[str, Any] = {"name": name, "type": kind}
-        if kind == "decimal":
-            spec |= {"precision": field.dataType.precision, "scale": field.dataType.scale}
-        fields.append(spec)
-        passed = {"date": F.unix_date, "timestamp": F.unix_micros}.get(kind)
-        arguments.append((passed(column) if passed else column).alias(f"c{len(arguments)}"))
-        arrow.append(pa.field(name, _arrow_type(field.dataType, timezone, large_types)))
-    arrow += [
-        pa.field(RULE_COLUMN, pa.string()),
-        pa.field(POLICY_COLUMN, pa.string()),
-        pa.field(BATCH_COLUMN, pa.int64()),
-    ]
-    spec = {
-        "directory": sink.directory,
-        "fields": fields,
-        "rules": [list(p) for p in rule_bits],
-        "policy": policy,
-        "arrow_schema": base64.b64encode(pa.schema(arrow).serialize().to_pybytes()).decode(),
-    }
-    verdict = F.col(verdict_column)
-    row = F.struct(*arguments, verdict.cast("long").alias(f"c{len(arguments)}"))
-    is_dropped = verdict.bitwiseAND(F.lit(dropped_bits)) != 0
-    return F.when(is_dropped, _jvm.dead_letters(spec, row)).otherwise(F.lit(True))
-
-
-# ---- the plan where kept rows stay in the JVM ---------------------------------------------
 
 
 def dead_letter_filter(
@@ -433,21 +439,35 @@ def dead_letter_filter(
     return udf(F.when(is_dropped, F.to_json(row)))
 
 
+def _text_kind(data_type: Any) -> str | None:
+    """How :func:`_decode` reads back a column of ``data_type`` from its exact text form (see
+    :func:`dead_letter_filter`), or None where it has none."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.BinaryType):
+        return "base64"
+    if isinstance(data_type, T.DateType):
+        return "days"
+    if isinstance(data_type, T.TimestampType):
+        return "micros"
+    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType)):
+        return "cast"
+    return None
+
+
 def _text_form(column: Any, data_type: Any) -> tuple[Any, str] | None:
     """``column`` as exact text (see :func:`dead_letter_filter`) and how :func:`_decode` reads
     it back, or None."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    if isinstance(data_type, T.BinaryType):
-        return F.base64(column), "base64"
-    if isinstance(data_type, T.DateType):
-        return F.unix_date(column).cast("string"), "days"
-    if isinstance(data_type, T.TimestampType):
-        return F.unix_micros(column).cast("string"), "micros"
-    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType)):
-        return column.cast("string"), "cast"
-    return None
+    kind = _text_kind(data_type)
+    encode: dict[str, Callable[[Any], Any]] = {
+        "base64": F.base64,
+        "days": lambda c: F.unix_date(c).cast("string"),
+        "micros": lambda c: F.unix_micros(c).cast("string"),
+        "cast": lambda c: c.cast("string"),
+    }
+    return None if kind is None else (encode[kind](column), kind)
 
 
 def _decode(text: Any, how: str, arrow_type: Any) -> Any:

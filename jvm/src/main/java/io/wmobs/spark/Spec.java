@@ -5,6 +5,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.types.StringType;
 
@@ -61,6 +63,28 @@ final class Spec {
     throw new IllegalArgumentException(
         "wmobs: " + function + " takes " + java.util.Arrays.toString(allowed) + " arguments, not "
             + arguments.size());
+  }
+
+  /**
+   * {@code spec}, the spec of {@code what}, has every member of {@code required} and none but
+   * those and {@code optional}: else an error naming the unknown and the missing ones (a
+   * misspelled member is never read as a silent default).
+   */
+  static void members(String what, JsonNode spec, Set<String> required, Set<String> optional) {
+    if (!spec.isObject()) {
+      throw new IllegalArgumentException("wmobs: the spec of " + what + " is not an object: " + spec);
+    }
+    Set<String> unknown = new TreeSet<>();
+    spec.fieldNames().forEachRemaining(unknown::add);
+    Set<String> missing = new TreeSet<>(required);
+    missing.removeAll(unknown);
+    unknown.removeAll(required);
+    unknown.removeAll(optional);
+    if (!unknown.isEmpty() || !missing.isEmpty()) {
+      throw new IllegalArgumentException(
+          "wmobs: the spec of " + what + " has unknown members " + unknown + " and lacks "
+              + missing);
+    }
   }
 
   /** A text member, or null where it is absent or null. */

@@ -100,17 +100,7 @@ public final class Substreams {
       } catch (IOException e) {
         throw new UncheckedIOException("wmobs: the substreams' spec is not JSON: " + text, e);
       }
-      Set<String> unknown = new TreeSet<>();
-      spec.fieldNames().forEachRemaining(unknown::add);
-      Set<String> missing = new TreeSet<>(MEMBERS);
-      missing.removeAll(unknown);
-      unknown.removeAll(MEMBERS);
-      unknown.removeAll(OPTIONAL);
-      if (!unknown.isEmpty() || !missing.isEmpty()) {
-        throw new IllegalArgumentException(
-            "wmobs: the substreams' spec has unknown members " + unknown + " and lacks "
-                + missing);
-      }
+      Spec.members("the substreams", spec, MEMBERS, OPTIONAL);
       List<String> appended = new ArrayList<>();
       spec.get("appended").forEach(name -> appended.add(name.asText()));
       if (appended.size() != 3) {
