@@ -655,6 +655,19 @@ def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
         TimePolicy(idle_timeout="1 minute").apply(stream)
     with pytest.raises(ValueError, match="column 'wmobs_watermark_ms' has a name wmobs uses"):
         TimePolicy().apply(stream.withColumn("wmobs_watermark_ms", stream.id))
+    # arrival_time left at its default needs no column: the micro-batch's time, said at info;
+    # a column named explicitly must exist.
+    from structlog.testing import capture_logs
+
+    without = stream.drop("ArrivalTime")
+    with pytest.raises(ValueError, match="arrival_time: column 'ArrivalTime' is not in the"):
+        TimePolicy(arrival_time="ArrivalTime").apply(without)
+    with capture_logs() as logs:
+        TimePolicy(name="no_arrival").apply(without, checkpoint_location=str(tmp_path / "c"))
+        TimePolicy(name="arrival").apply(stream, checkpoint_location=str(tmp_path / "d"))
+    said = {e["policy"]: e["arrival_time"] for e in logs if e["event"] == "wmobs.engine"}
+    assert said == {"no_arrival": "the micro-batch's time", "arrival": "ArrivalTime"}
+    assert TimePolicy().arrival_time == "ArrivalTime"
 
 
 @pytest.mark.parametrize("dead_letters", ["jvm", "text forms", "mapInArrow"])

@@ -99,6 +99,18 @@ def _action(value: str, argument: str) -> str:
     return value
 
 
+class _DefaultColumn(str):
+    """A column name left at its default: the column where the DataFrame has one of that
+    name, else (for ``arrival_time``) the micro-batch's time."""
+
+    __slots__ = ()
+
+
+ARRIVAL_TIME = _DefaultColumn("ArrivalTime")
+"""``arrival_time``'s default: a column ``ArrivalTime`` where the DataFrame has one (Azure Stream
+Analytics' name), else the micro-batch's time, as ``arrival_time=None`` gives."""
+
+
 @dataclass(frozen=True)
 class TimePolicy:
     """Event-ordering policies for one streaming DataFrame (see the module documentation).
@@ -107,7 +119,11 @@ class TimePolicy:
     """
 
     event_time: str = "EventTime"
-    arrival_time: str | None = "ArrivalTime"
+    arrival_time: str | None = ARRIVAL_TIME
+    """The column of each row's arrival time (a ``TIMESTAMP``: Kafka's ``timestamp``, an
+    upload time), or ``None``: the micro-batch's time. Left at its default, ``ArrivalTime``
+    where the DataFrame has such a column, else the micro-batch's time (said in the
+    ``wmobs.engine`` line); a column named explicitly must exist."""
     early_arrival: str | timedelta | None = "5 minutes"
     early_arrival_action: str = "drop"
     late_arrival: str | timedelta = "5 seconds"
@@ -252,7 +268,10 @@ class TimePolicy:
             )
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
-        self._check_columns(df)
+        arrival_time = self.arrival_time
+        if isinstance(arrival_time, _DefaultColumn) and arrival_time not in df.columns:
+            arrival_time = None  # the default, and no such column: the micro-batch's time
+        self._check_columns(df, arrival_time)
         idle = self.tolerances.idle_timeout_us is not None
         if idle and self.substream_by is None and checkpoint_location is None:
             raise ValueError(
@@ -261,7 +280,7 @@ class TimePolicy:
             )
         engine = choose(df.sparkSession, self.engine)
         plan = choose_plan(sink, jvm=engine.jvm, schema=df.schema)
-        self._log_choices(engine, plan)
+        self._log_choices(engine, plan, arrival_time)
         # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.
         checkpoint_location = qualified_path(df.sparkSession, checkpoint_location or "") or None
         if sink is not None and sink.directory is not None:
@@ -275,7 +294,7 @@ class TimePolicy:
             name=self.state_name,
             named=self.name is not None,
             event_time=self.event_time,
-            arrival_time=self.arrival_time,
+            arrival_time=arrival_time,
             early_arrival_action=None if self.early_arrival is None else self.early_arrival_action,
             late_arrival_action=self.late_arrival_action,
             out_of_order_action=self.out_of_order_action,
@@ -293,9 +312,9 @@ class TimePolicy:
         )
         return build(ctx, df, sink)
 
-    def _log_choices(self, engine: Engine, plan: DeadLetterPlan) -> None:
+    def _log_choices(self, engine: Engine, plan: DeadLetterPlan, arrival_time: str | None) -> None:
         """The engine for this ``apply`` and its dead-letter plan, logged once at info, each
-        with its reason."""
+        with its reason, and where arrival times come from."""
         from wmobs._log import get_logger
 
         get_logger().info(
@@ -305,11 +324,12 @@ class TimePolicy:
             reason=engine.reason,
             dead_letters=plan.name,
             dead_letters_reason=plan.reason,
+            arrival_time=arrival_time or "the micro-batch's time",
         )
 
     # ---- validation -----------------------------------------------------------------------
 
-    def _check_columns(self, df: DataFrame) -> None:
+    def _check_columns(self, df: DataFrame, arrival_time: str | None) -> None:
         from pyspark.sql.types import (
             FractionalType,
             IntegralType,
@@ -324,8 +344,8 @@ class TimePolicy:
         checks: list[tuple[str, str, tuple[type, ...]]] = [
             ("event_time", self.event_time, (TimestampType, TimestampNTZType, StringType))
         ]
-        if self.arrival_time is not None:
-            checks.append(("arrival_time", self.arrival_time, (TimestampType, TimestampNTZType)))
+        if arrival_time is not None:
+            checks.append(("arrival_time", arrival_time, (TimestampType, TimestampNTZType)))
         for argument, column, types in checks:
             if column not in fields:
                 raise ValueError(
