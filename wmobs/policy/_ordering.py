@@ -72,7 +72,8 @@ def out_of_order_against_watermark(ctx: Context, df: DataFrame) -> DataFrame:
 
 
 def _spec(ctx: Context) -> dict[str, Any]:
-    """The per-key judge's settings, as both engines take them."""
+    """The Python engine's per-key judge's settings (the JVM engine's are
+    :func:`_jvm_substreams`')."""
     from wmobs.policy._substream_state import BUCKETS, state_directory
 
     drop = ctx.out_of_order_action == "drop"
