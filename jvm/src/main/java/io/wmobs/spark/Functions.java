@@ -113,6 +113,10 @@ public final class Functions {
           .createOrReplaceTempFunction(
               function.name(), arguments -> build(function, arguments), "java_udf");
     }
+    spark
+        .sessionState()
+        .tableFunctionRegistry()
+        .createOrReplaceTempFunction(PolicyTable.NAME, PolicyTable::build, "java_udf");
   }
 
   static Expression build(Definition function, scala.collection.Seq<Expression> arguments) {

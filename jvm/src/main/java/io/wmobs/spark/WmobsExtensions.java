@@ -8,8 +8,8 @@ import scala.runtime.BoxedUnit;
 /**
  * wmobs' Spark extension: {@code spark.sql.extensions=io.wmobs.spark.WmobsExtensions}, with
  * wmobs' JAR on {@code spark.jars}, registers wmobs' functions ({@link Functions}) in every
- * session, Spark Connect's included, and the analyzer rule that plans substreams called by
- * name ({@link SubstreamsCall.Planner}).
+ * session, Spark Connect's included, SQL's time policy ({@link PolicyTable}), and the analyzer
+ * rule that plans substreams called by name ({@link SubstreamsCall.Planner}).
  */
 public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -21,6 +21,8 @@ public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensi
               function.info(),
               arguments -> Functions.build(function, arguments)));
     }
+    extensions.injectTableFunction(
+        new Tuple3<>(PolicyTable.identifier(), PolicyTable.info(), PolicyTable::build));
     extensions.injectResolutionRule(SubstreamsCall.Planner::new);
     return BoxedUnit.UNIT;
   }

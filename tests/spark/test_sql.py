@@ -1,0 +1,130 @@
+"""Time policies from SQL: ``wmobs_time_policy(TABLE(events), event_time => ..., ...)``, the
+extension's table-valued function, against the worked example's reference cases, with the
+Python API's metrics, dead letters and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import wmobs
+from wmobs import TimePolicy
+
+from ._streaming import start_kept, wait_until, write_rows
+from .test_policy_spark import (
+    GLOBAL_EXPECTED,
+    SCHEMA,
+    SUBSTREAM_EXPECTED,
+    epoch,
+    expected_seconds,
+    input_times,
+    observed_histograms,
+    worked_histograms,
+    worked_rows,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _events(spark: Any, source: Path, view: str) -> None:
+    """A streaming temp view over ``source``, one file per micro-batch."""
+    from wmobs.policy._jvm import load
+
+    load(spark)  # a session started without the extension: the function registered now
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+    stream.createOrReplaceTempView(view)
+
+
+def _run(spark: Any, sql: str, name: str, checkpoint: Path) -> tuple[dict[int, int | None], Any]:
+    """The query of ``sql`` run to the end of its input: (id -> system seconds, snapshot of the
+    policy named ``name``, progress)."""
+    reader = InMemoryMetricReader()
+    with wmobs.attach(spark, meter_provider=MeterProvider(metric_readers=[reader])) as monitor:
+        query = start_kept(spark.sql(sql), name, str(checkpoint))
+        query.processAllAvailable()
+        query.stop()
+        assert query.exception() is None
+        wait_until(lambda: (s := monitor.snapshot(name)) is not None and not s.active)
+        snap = monitor.snapshot(name)
+        kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
+    assert snap is not None
+    return kept, snap, query.recentProgress
+
+
+def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Path) -> None:
+    """The worked example, one event per micro-batch through the global policy (with dead
+    letters) and all at once per device: the reference cases' verdicts, the same counts,
+    distributions and input times as ``TimePolicy.apply``, the observation under the policy's
+    name, the dead letters in Parquet."""
+    for row in worked_rows():
+        write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
+    _events(spark, tmp_path / "in", "worked_events")
+    checkpoint = tmp_path / "ckpt-global"
+    kept, snap, progress = _run(
+        spark,
+        f"""SELECT * FROM wmobs_time_policy(
+              TABLE(worked_events),
+              event_time => 'EventTime', arrival_time => 'ArrivalTime',
+              early_arrival => '5 minutes', late_arrival => '5 minutes',
+              out_of_order => '2 minutes', name => 'sql_global',
+              dead_letter => '{tmp_path / "dead"}', checkpoint_location => '{checkpoint}')""",
+        "sql_global_out",
+        checkpoint,
+    )
+    same = TimePolicy(name="sql_global", late_arrival="5 minutes", out_of_order="2 minutes")
+    assert kept == expected_seconds(GLOBAL_EXPECTED)
+    policy = snap.policy("sql_global")
+    assert policy.engine == "jvm" and policy.dead_letter_plan == "jvm"
+    assert policy.events[("early_arrival", "dropped")] == 1
+    assert policy.events[("out_of_order", "adjusted")] == 2
+    assert policy.events[("late_arrival", "adjusted")] == 1
+    assert policy.dead_letter_rows == 1
+    dead = spark.read.parquet(str(tmp_path / "dead")).collect()
+    assert [(r.id, r.wmobs_rule, r.wmobs_policy) for r in dead] == [
+        (3, "early_arrival", "sql_global")
+    ]
+    assert input_times(progress, same) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
+    assert observed_histograms(progress, same) == worked_histograms(per_key=False)
+
+    write_rows(tmp_path / "all", "all", worked_rows())
+    _events(spark, tmp_path / "all", "worked_all")
+    checkpoint = tmp_path / "ckpt-keys"
+    kept, snap, progress = _run(
+        spark,
+        f"""SELECT * FROM wmobs_time_policy(TABLE(worked_all), late_arrival => '5 minutes',
+              out_of_order => '2 minutes', substream_by => 'deviceId', name => 'sql_keys',
+              checkpoint_location => '{checkpoint}')""",
+        "sql_keys_out",
+        checkpoint,
+    )
+    same = TimePolicy(name="sql_keys", substream_by=["deviceId"])
+    assert kept == expected_seconds(SUBSTREAM_EXPECTED)
+    assert snap.policy("sql_keys").dead_letter_plan == "none"
+    assert observed_histograms(progress, same) == worked_histograms(per_key=True)
+    states = [op["operatorName"] for p in progress for op in p["stateOperators"]]
+    assert "flatMapGroupsWithState" in states  # per key in Spark's state store
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ("evnt_time => 'EventTime'", r"no option evnt_time; the options are event_time, "),
+        ("event_time => 'when'", r"event_time: column 'when' is not in the input \(columns: id,"),
+        ("arrival_time => 'id'", r"arrival_time: column 'id' is int, expected timestamp; epoch"),
+        ("late_arrival => '5 parsecs'", r"late_arrival: '5 parsecs' is not a duration"),
+        ("out_of_order => '-1 second'", r"out_of_order: must not be negative"),
+        ("late_arrival_action => 'keep'", r"late_arrival_action: must be 'adjust' or 'drop'"),
+        ("substream_by => 'device'", r"substream_by: column 'device' is not in the input"),
+        ("idle_timeout => '1 minute'", r"idle_timeout: without substream_by .* checkpoint_loc"),
+        ("name => '..'", r"name: use letters, digits"),
+        ("name => 'a', name => 'b'", r"option name given twice"),
+    ],
+)
+def test_sql_errors_name_the_argument(spark: Any, tmp_path: Path, options: str, error: str) -> None:
+    _events(spark, tmp_path, "erring_events")
+    with pytest.raises(Exception, match=error):
+        spark.sql(f"SELECT * FROM wmobs_time_policy(TABLE(erring_events), {options})").collect()
