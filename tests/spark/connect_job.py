@@ -123,7 +123,8 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
     schema = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, deviceId STRING"
     out: dict[str, Any] = {}
     monitor = wmobs.attach(spark)
-    for how, by in (("global", None), ("substreams", ["deviceId"])):
+    # "sql": the global policy from SQL, the extension's table-valued function over a view
+    for how, by in (("global", None), ("substreams", ["deviceId"]), ("sql", None)):
         source = work / f"worked_{how}"
         if by is None:
             for row in rows:
@@ -139,17 +140,27 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
         )
         checkpoint = str(work / f"ckpt_{how}")
         stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
-        judged = policy.apply(stream, checkpoint_location=checkpoint)
+        if how == "sql":
+            stream.createOrReplaceTempView("worked_events")
+            judged = spark.sql(
+                f"""SELECT * FROM wmobs_time_policy(TABLE(worked_events),
+                    early_arrival => '5 minutes', late_arrival => '5 minutes',
+                    out_of_order => '2 minutes', name => 'worked_sql',
+                    checkpoint_location => '{checkpoint}')"""
+            )
+        else:
+            judged = policy.apply(stream, checkpoint_location=checkpoint)
         name = f"connect_worked_{how}"
         query = start_kept(judged, name, checkpoint)
         query.processAllAvailable()
         query.stop()
         wait_until(lambda n=name: not monitor.snapshot(n).active)  # type: ignore[union-attr,misc]
         kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
+        cases = reference["global" if how == "sql" else how]
         expected = {
             e["id"]: None
-            if reference[how][str(e["id"])]["system_us"] is None
-            else reference[how][str(e["id"])]["system_us"] // 10**6
+            if cases[str(e["id"])]["system_us"] is None
+            else cases[str(e["id"])]["system_us"] // 10**6
             for e in events
         }
         policy_snap = _policy(monitor.snapshot(name))

@@ -45,13 +45,13 @@ def test_attach_over_spark_connect() -> None:
 def test_the_jvm_engine_over_spark_connect() -> None:
     """A Connect server started with wmobs' extension (``wmobs.configure_spark``): the client
     calls its functions by name, and the worked example comes out exact, globally (one event
-    per micro-batch) and per device; the idle timeout closes a quiet device's window and an
-    early row is written as a dead letter."""
+    per micro-batch, from the Python API and from SQL) and per device; the idle timeout
+    closes a quiet device's window and an early row is written as a dead letter."""
     pytest.importorskip("pyspark.sql.connect")
     result = run_job("tests.spark.connect_job --extension", timeout=600)
 
     assert result["session"].startswith("pyspark.sql.connect")
-    for how in ("global", "substreams"):
+    for how in ("global", "substreams", "sql"):
         assert result[how]["engine"] == "jvm", how
         assert result[how]["exact"], (how, result[how]["kept"])
     assert result["global"]["events"] == {
@@ -59,6 +59,7 @@ def test_the_jvm_engine_over_spark_connect() -> None:
         "late_arrival:adjusted": 1,
         "out_of_order:adjusted": 2,
     }
+    assert result["sql"]["events"] == result["global"]["events"]  # from SQL, the same
     assert result["substreams"]["events"] == {
         "early_arrival:dropped": 1,
         "late_arrival:adjusted": 1,
