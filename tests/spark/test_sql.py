@@ -59,7 +59,8 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
     """The worked example, one event per micro-batch through the global policy (with dead
     letters) and all at once per device: the reference cases' verdicts, the same counts,
     distributions and input times as ``TimePolicy.apply``, the observation under the policy's
-    name, the dead letters in Parquet."""
+    name, the dead letters in Parquet. No ``checkpoint_location``: the queries have their own
+    ``checkpointLocation``, not below the session's root, which the extension finds."""
     for row in worked_rows():
         write_rows(tmp_path / "in", f"event-{row['id']:02d}", [row])
     _events(spark, tmp_path / "in", "worked_events")
@@ -71,7 +72,7 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
               event_time => 'EventTime', arrival_time => 'ArrivalTime',
               early_arrival => '5 minutes', late_arrival => '5 minutes',
               out_of_order => '2 minutes', name => 'sql_global',
-              dead_letter => '{tmp_path / "dead"}', checkpoint_location => '{checkpoint}')""",
+              dead_letter => '{tmp_path / "dead"}')""",
         "sql_global_out",
         checkpoint,
     )
@@ -96,8 +97,7 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
     kept, snap, progress = _run(
         spark,
         f"""SELECT * FROM wmobs_time_policy(TABLE(worked_all), late_arrival => '5 minutes',
-              out_of_order => '2 minutes', substream_by => 'deviceId', name => 'sql_keys',
-              checkpoint_location => '{checkpoint}')""",
+              out_of_order => '2 minutes', substream_by => 'deviceId', name => 'sql_keys')""",
         "sql_keys_out",
         checkpoint,
     )

@@ -244,9 +244,10 @@ class TimePolicy:
         ``system_timestamp`` with the watermark (``out_of_order`` delay) on it.
 
         ``checkpoint_location``: the ``checkpointLocation`` of the query this DataFrame will
-        run in: every micro-batch reads its watermark and timestamp from it, and substreams
-        keep their per-key state in it (not needed for a named query under the session's
-        ``spark.sql.streaming.checkpointLocation`` root).
+        run in: every micro-batch reads its watermark and timestamp from it. Optional on the
+        JVM engine, whose extension finds the running query's (except for a global
+        ``idle_timeout``); on the Python engine not needed for a named query under the
+        session's ``spark.sql.streaming.checkpointLocation`` root.
 
         ``dead_letter``: where dropped rows go (a directory, a function, or a
         :class:`wmobs.DeadLetter`); see :mod:`wmobs.deadletter`. Without it dropped rows are

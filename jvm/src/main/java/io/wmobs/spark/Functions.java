@@ -102,8 +102,8 @@ public final class Functions {
 
   /**
    * Registers every function in a running session (one that did not start with {@code
-   * spark.sql.extensions}) as a temporary function: what {@link WmobsExtensions} does for a
-   * new one.
+   * spark.sql.extensions}) as a temporary function, and {@link QueryCheckpoint} among its
+   * optimizations: what {@link WmobsExtensions} does for a new one.
    */
   public static void register(SparkSession spark) {
     for (Definition function : ALL) {
@@ -117,6 +117,13 @@ public final class Functions {
         .sessionState()
         .tableFunctionRegistry()
         .createOrReplaceTempFunction(PolicyTable.NAME, PolicyTable::build, "java_udf");
+    java.util.List<org.apache.spark.sql.catalyst.rules.Rule<
+            org.apache.spark.sql.catalyst.plans.logical.LogicalPlan>>
+        rules = new java.util.ArrayList<>(Scala.list(spark.experimental().extraOptimizations()));
+    if (rules.stream().noneMatch(rule -> rule instanceof QueryCheckpoint)) {
+      rules.add(new QueryCheckpoint(spark));
+      spark.experimental().extraOptimizations_$eq(Scala.seq(rules));
+    }
   }
 
   static Expression build(Definition function, scala.collection.Seq<Expression> arguments) {

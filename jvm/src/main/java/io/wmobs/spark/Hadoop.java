@@ -80,8 +80,10 @@ final class Hadoop {
   }
 
   /**
-   * Where a task finds the query's checkpoint: {@code configured}, or for a named query ("")
-   * below the session's root, which Spark gives every task as a local property; a relative
+   * Where a task finds the query's checkpoint: {@code configured}, else the running query's,
+   * which the extension's {@link QueryCheckpoint} rule gives every task of a micro-batch as a
+   * local property, else for a named query ("") below the session's root, which Spark gives
+   * every task as a local property; a relative
    * root resolved against {@code relativeTo}, the driver's working directory, as Spark resolved
    * it on the driver (a task's own working directory is another on a cluster). Mirrors {@code
    * _checkpoint._resolve_checkpoint}.
@@ -117,6 +119,11 @@ final class Hadoop {
     private String of(java.util.function.UnaryOperator<String> property) {
       if (!configured.isEmpty()) {
         return configured;
+      }
+      String told = property.apply(QueryCheckpoint.ROOT);
+      String query = property.apply("sql.streaming.queryId");
+      if (told != null && query != null && query.equals(property.apply(QueryCheckpoint.QUERY))) {
+        return told.replaceAll("/+$", ""); // the running query's own (QueryCheckpoint)
       }
       String root = property.apply("spark.sql.streaming.checkpointLocation");
       root = root == null ? "" : root.replaceAll("/+$", "");

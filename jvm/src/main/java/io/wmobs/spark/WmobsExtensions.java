@@ -24,6 +24,7 @@ public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensi
     extensions.injectTableFunction(
         new Tuple3<>(PolicyTable.identifier(), PolicyTable.info(), PolicyTable::build));
     extensions.injectResolutionRule(SubstreamsCall.Planner::new);
+    extensions.injectOptimizerRule(QueryCheckpoint::new);
     return BoxedUnit.UNIT;
   }
 }
