@@ -269,6 +269,18 @@ class TimePolicy:
             )
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
+        from wmobs.policy._pipeline import pipeline_flow, planned_by_name
+
+        flow = pipeline_flow(df.sparkSession)
+        if flow is not None:  # nothing may analyse df here: the extension plans the policy
+            return planned_by_name(
+                self,
+                df,
+                flow=flow,
+                sink=sink,
+                checkpoint_location=checkpoint_location,
+                arrival_default=isinstance(self.arrival_time, _DefaultColumn),
+            )
         arrival_time = self.arrival_time
         if isinstance(arrival_time, _DefaultColumn) and arrival_time not in df.columns:
             arrival_time = None  # the default, and no such column: the micro-batch's time

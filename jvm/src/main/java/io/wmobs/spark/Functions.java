@@ -83,6 +83,12 @@ public final class Functions {
               SubstreamsCall.class,
               SubstreamsCall::build),
           new Definition(
+              PolicyCall.NAME,
+              "_FUNC_(options, struct(*)) - every column of a DataFrame judged by a time policy"
+                  + " (planned by the extension's analyzer rule, as wmobs_time_policy).",
+              PolicyCall.class,
+              PolicyCall::build),
+          new Definition(
               RowBytes.PACK,
               "_FUNC_(struct) - the struct's bytes, in Spark's row format (substreams carry a"
                   + " row's columns through their state function as one value).",

@@ -42,17 +42,40 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
     if (id == null || id.equals(context.getLocalProperty(QUERY))) {
       return;
     }
-    Object query = spark.streams().get(UUID.fromString(id));
-    if (query == null) {
+    Object execution = execution(id);
+    if (execution == null) {
       return;
     }
-    // StreamingQueryWrapper.streamingQuery().resolvedCheckpointRoot(), in whichever package
-    // this Spark line keeps them.
-    Object execution = query.getClass().getMethod("streamingQuery").invoke(query);
     Object root = execution.getClass().getMethod("resolvedCheckpointRoot").invoke(execution);
     if (root instanceof String found && !found.isEmpty()) {
       context.setLocalProperty(ROOT, found);
       context.setLocalProperty(QUERY, id);
     }
+  }
+
+  /**
+   * The running query's {@code StreamExecution}: from the session's query manager
+   * ({@code StreamingQueryWrapper.streamingQuery()}), or where the query was started from
+   * another session (Spark Declarative Pipelines start flows so) from the query's own thread,
+   * which Spark makes inside its {@code StreamExecution} (Scala's {@code $outer}); by name, in
+   * whichever package this Spark line keeps them.
+   */
+  private Object execution(String id) throws ReflectiveOperationException {
+    Object query = spark.streams().get(UUID.fromString(id));
+    if (query != null) {
+      return query.getClass().getMethod("streamingQuery").invoke(query);
+    }
+    for (Class<?> type = Thread.currentThread().getClass(); type != null;
+        type = type.getSuperclass()) {
+      for (java.lang.reflect.Field field : type.getDeclaredFields()) {
+        if (field.getName().equals("$outer")) {
+          field.setAccessible(true);
+          Object outer = field.get(Thread.currentThread());
+          Object found = outer.getClass().getMethod("id").invoke(outer);
+          return id.equals(String.valueOf(found)) ? outer : null;
+        }
+      }
+    }
+    return null;
   }
 }

@@ -127,7 +127,7 @@ public final class SubstreamsCall extends WmobsGenerator implements Serializable
 
   /**
    * The extension's analyzer rule: each resolved {@code wmobs_substreams} call replaced with
-   * its plan.
+   * its plan, and each {@code wmobs_policy} call ({@link PolicyCall}) with its policy's.
    */
   public static final class Planner extends Rule<LogicalPlan> {
     private final SparkSession spark;
@@ -149,6 +149,11 @@ public final class SubstreamsCall extends WmobsGenerator implements Serializable
       LogicalPlan node = changed ? plan.withNewChildren(Scala.seq(replaced)) : plan;
       if (node instanceof Generate generate
           && generate.generator() instanceof SubstreamsCall call
+          && generate.resolved()) {
+        return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
+      }
+      if (node instanceof Generate generate
+          && generate.generator() instanceof PolicyCall call
           && generate.resolved()) {
         return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
       }

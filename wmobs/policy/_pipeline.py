@@ -1,0 +1,110 @@
+"""A time policy inside a Spark Declarative Pipelines query function (``@dp.table``,
+``@dp.append_flow``, ``@dp.temporary_view``), where nothing may analyse a DataFrame: the policy
+is one call by name of the extension's ``wmobs_policy`` over ``struct(*)``, which the
+extension's analyzer rule plans on the server when the pipeline analyses the flow (the plan of
+SQL's ``wmobs_time_policy``, ``PolicyPlan.java``), the checks on the input's columns with it.
+The flow's checkpoint, under the pipeline's storage, is found there too."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from wmobs.policy._time_policy import TimePolicy
+    from wmobs.policy.deadletter import DeadLetter
+
+__all__ = ["pipeline_flow", "planned_by_name"]
+
+CALL = "wmobs_policy"
+
+
+def pipeline_flow(spark: Any) -> str | None:
+    """The flow whose query function is running on this thread (its name as the decorator
+    gave it), or None outside one: Spark's pipeline analysis context, which PySpark's
+    ``spark-pipelines`` sets around each query function (PySpark 4.1+, Spark Connect)."""
+    client = getattr(spark, "client", None)  # Connect sessions only
+    local = getattr(client, "thread_local", None)
+    extensions = getattr(local, "user_context_extensions", None) or []
+    if not extensions:
+        return None
+    try:
+        from pyspark.sql.connect.proto import PipelineAnalysisContext
+    except ImportError:  # PySpark before 4.1: no pipelines
+        return None
+    for _, message in extensions:
+        if message.Is(PipelineAnalysisContext.DESCRIPTOR):
+            context = PipelineAnalysisContext()
+            message.Unpack(context)
+            if context.HasField("flow_name"):  # a file's top level has no flow
+                return str(context.flow_name)
+    return None
+
+
+def _duration(value: str | timedelta | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return f"{value // timedelta(microseconds=1)} microseconds"
+
+
+def planned_by_name(
+    policy: TimePolicy,
+    df: DataFrame,
+    *,
+    flow: str,
+    sink: DeadLetter | None,
+    checkpoint_location: str | None,
+    arrival_default: bool,
+) -> DataFrame:
+    """``df`` judged by ``policy`` without analysing it: the options as SQL's
+    ``wmobs_time_policy`` takes them, planned by the extension on the server.
+    ``arrival_default``: ``arrival_time`` left at its default (which the extension applies
+    alike: the column ``ArrivalTime`` where the input has one, else the micro-batch's time)."""
+    from pyspark.sql import functions as F
+
+    from wmobs._log import get_logger
+
+    if policy.engine == "python":
+        raise ValueError(
+            "engine: the Python engine cannot run in a pipeline's query function (it analyses "
+            "its input there); leave engine='auto' and run the pipeline with the extension: "
+            "spark-pipelines run $(wmobs spark-submit-args)"
+        )
+    if sink is not None and not (sink.directory is not None and sink.written_by_hadoop):
+        raise ValueError(
+            "dead_letter: in a pipeline, dead letters go to a Parquet directory that Spark's "
+            "Hadoop configuration reaches (no function, JSON or storage= options)"
+        )
+    options: dict[str, Any] = {
+        "event_time": policy.event_time,
+        "early_arrival": _duration(policy.early_arrival),
+        "early_arrival_action": policy.early_arrival_action,
+        "late_arrival": _duration(policy.late_arrival),
+        "late_arrival_action": policy.late_arrival_action,
+        "out_of_order": _duration(policy.out_of_order),
+        "out_of_order_action": policy.out_of_order_action,
+        "substream_by": None if policy.substream_by is None else ",".join(policy.substream_by),
+        "substream_ttl": _duration(policy.substream_ttl),
+        "substream_skew": _duration(policy.substream_skew),
+        "idle_timeout": _duration(policy.idle_timeout),
+        "idle_check_interval": _duration(policy.idle_check_interval),
+        "distributions": policy.distributions,
+        "name": policy.state_name,
+        "dead_letter": None if sink is None else sink.directory,
+        "checkpoint_location": checkpoint_location,
+    }
+    if not arrival_default:
+        options["arrival_time"] = policy.arrival_time
+    get_logger().info(
+        "wmobs.engine",
+        policy=policy.state_name,
+        engine="jvm",
+        reason=f"in the query function of pipeline flow {flow}: planned by wmobs' extension "
+        "when the pipeline analyses the flow",
+        dead_letters="none" if sink is None else "jvm",
+    )
+    call = F.call_function(CALL, F.lit(json.dumps(options)), F.struct(F.col("*")))
+    return df.select(call)
