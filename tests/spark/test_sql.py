@@ -96,7 +96,7 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
     checkpoint = tmp_path / "ckpt-keys"
     kept, snap, progress = _run(
         spark,
-        f"""SELECT * FROM wmobs_time_policy(TABLE(worked_all), late_arrival => '5 minutes',
+        """SELECT * FROM wmobs_time_policy(TABLE(worked_all), late_arrival => '5 minutes',
               out_of_order => '2 minutes', substream_by => 'deviceId', name => 'sql_keys')""",
         "sql_keys_out",
         checkpoint,

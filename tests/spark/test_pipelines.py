@@ -1,0 +1,77 @@
+"""Time policies in Spark Declarative Pipelines: ``examples/pipeline`` run by
+``spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)`` as its README line says,
+over the worked example's events, one file per micro-batch: a Python ``@dp.table`` with the
+global policy, one per device, and a SQL ``CREATE STREAMING TABLE`` with
+``wmobs_time_policy``; every flow's output is the reference cases' (PySpark 4.1+)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._streaming import write_rows
+from .test_policy_spark import GLOBAL_EXPECTED, SUBSTREAM_EXPECTED, expected_seconds, worked_rows
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_path: Path) -> None:
+    pytest.importorskip("pyspark.pipelines")
+    spark_pipelines = Path(sys.executable).parent / "spark-pipelines"
+    if not spark_pipelines.exists():
+        pytest.skip("this PySpark has no spark-pipelines")
+    project = tmp_path / "pipeline"
+    shutil.copytree(ROOT / "examples" / "pipeline", project)
+    events = tmp_path / "events"
+    for row in worked_rows():
+        write_rows(events, f"event-{row['id']:02d}", [row])
+    spec = (project / "spark-pipeline.yml").read_text()
+    spec = spec.replace("file:///tmp/wmobs-pipeline/storage", (tmp_path / "storage").as_uri())
+    spec = spec.replace("/tmp/wmobs-pipeline/events", str(events))
+    (project / "spark-pipeline.yml").write_text(spec)
+    env = {
+        **os.environ,
+        "PATH": f"{spark_pipelines.parent}{os.pathsep}{os.environ['PATH']}",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    env.pop("PYTHONPATH", None)
+    env.pop("SPARK_HOME", None)
+    # The command of the spec's comment, as written.
+    command = next(
+        line.split("#", 1)[1].strip() for line in spec.splitlines() if "spark-pipelines run" in line
+    )
+    assert command == 'spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)'
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert "Run is COMPLETED" in done.stdout + done.stderr
+    warehouse = project / "spark-warehouse"
+    for table, expected in (
+        ("judged", GLOBAL_EXPECTED),
+        ("judged_sql", GLOBAL_EXPECTED),
+        ("judged_per_device", SUBSTREAM_EXPECTED),
+    ):
+        rows = spark.read.parquet(str(warehouse / table)).collect()
+        got = {r.id: int(r.system_timestamp.timestamp()) for r in rows}
+        assert got == expected_seconds(expected), table
+    # Each flow's checkpoint, under the pipeline's storage, is where the policy found it.
+    checkpoints = tmp_path / "storage" / "_checkpoints" / "spark_catalog" / "default"
+    for table in ("judged", "judged_sql", "judged_per_device"):
+        offsets = checkpoints / table / table / "0" / "offsets"
+        assert len([f for f in offsets.iterdir() if not f.name.startswith(".")]) == 12, table
