@@ -26,7 +26,9 @@ def pipeline_flow(spark: Any) -> str | None:
     """The flow whose query function is running on this thread (its name as the decorator
     gave it), or None outside one: Spark's pipeline analysis context, which PySpark's
     ``spark-pipelines`` sets around each query function (PySpark 4.1+, Spark Connect)."""
-    client = getattr(spark, "client", None)  # Connect sessions only
+    if "connect" not in type(spark).__module__:  # Connect sessions only (a classic
+        return None  # session's .client raises)
+    client = getattr(spark, "client", None)
     local = getattr(client, "thread_local", None)
     extensions = getattr(local, "user_context_extensions", None) or []
     if not extensions:
