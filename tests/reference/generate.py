@@ -251,7 +251,39 @@ def batch_input() -> dict[str, Any]:
     }
 
 
+def durations() -> dict[str, Any]:
+    """Durations as a policy's options take them, from Python and from SQL (hand-written):
+    their microseconds, or the start of the error naming the option."""
+    day = 86_400_000_000
+    cases: list[tuple[str, int | str]] = [
+        ("5 seconds", 5_000_000),
+        ("1 hour 30 minutes", 5_400_000_000),
+        ("250 ms", 250_000),
+        ("INTERVAL 2 MINUTES", 120_000_000),
+        ("interval 1 day", day),
+        ("1.5 s", 1_500_000),
+        ("3 weeks", 21 * day),
+        ("0 seconds", 0),
+        ("7 microseconds", 7),
+        ("2 h 1 min 1 sec", 7_261_000_000),
+        ("9999 weeks", 9999 * 7 * day),
+        ("-1 second", "must not be negative"),
+        ("5 parsecs", "is not a duration"),
+        ("five seconds", "is not a duration"),
+        ("", "empty"),
+        ("   ", "empty"),
+        ("600000 weeks", "is longer than 10,000 years"),
+    ]
+    return {
+        "cases": [
+            {"text": text, "us": found} if isinstance(found, int) else {"text": text, "error": found}
+            for text, found in cases
+        ]
+    }
+
+
 FILES = {
+    "durations.json": durations,
     "worked_example.json": worked_example,
     "substream_streams.json": substream_streams,
     "idle_clock.json": idle_clock,

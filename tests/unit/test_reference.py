@@ -90,6 +90,20 @@ def test_random_streams() -> None:
             assert {str(k): v for k, v in sorted(after.items())} == batch["state_after"]
 
 
+def test_durations() -> None:
+    """Both engines read a duration alike: Python's ``to_micros`` here, the JVM's
+    ``PolicyOptions.micros`` (SQL's options) in ``ReferenceTest``."""
+    from wmobs.policy._durations import to_micros
+
+    for case in load("durations.json")["cases"]:
+        if "us" in case:
+            assert to_micros(case["text"], "late_arrival") == case["us"], case
+        else:
+            with pytest.raises(ValueError, match=f"late_arrival: .*{case['error']}") as found:
+                to_micros(case["text"], "late_arrival")
+            assert str(found.value).startswith("late_arrival: "), case
+
+
 def test_batch_input() -> None:
     for case in load("batch_input.json")["cases"]:
         assert read_input(case["now"], case["before"]) == case["read_input"], case["case"]
