@@ -276,7 +276,9 @@ def durations() -> dict[str, Any]:
     ]
     return {
         "cases": [
-            {"text": text, "us": found} if isinstance(found, int) else {"text": text, "error": found}
+            {"text": text, "us": found}
+            if isinstance(found, int)
+            else {"text": text, "error": found}
             for text, found in cases
         ]
     }

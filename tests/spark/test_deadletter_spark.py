@@ -337,7 +337,7 @@ def test_dead_letters_keep_every_scalar_type_exactly(spark: Any, tmp_path: Path)
 
     from pyspark.sql import functions as F
 
-    from wmobs.policy.deadletter import DeadLetterPlan
+    from wmobs.policy._deadletter_plan import DeadLetterPlan
 
     if "python" not in engines(spark):
         pytest.skip("Spark 3.5 has no Python engine to compare with")

@@ -111,7 +111,7 @@ def test_the_dead_letter_plan_is_decided_once_from_the_destination_engine_and_ty
     from pyspark.sql import types as T
 
     from wmobs.observations import DEAD_LETTER_PLANS
-    from wmobs.policy.deadletter import choose_plan
+    from wmobs.policy._deadletter_plan import choose_plan
 
     other = {"array": T.ArrayType(T.IntegerType()), "timestamp_ntz": T.TimestampNTZType()}
     fields = [T.StructField("id", T.IntegerType())]

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from wmobs.observations import OBSERVATION_PREFIX
+from wmobs.policy._deadletter_plan import NOT_KEPT, DeadLetterPlan
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._engine import Engine
 from wmobs.policy._storage import Storage
-from wmobs.policy.deadletter import NOT_KEPT, DeadLetterPlan
 
 __all__ = ["Context"]
 

@@ -21,8 +21,9 @@ in the same tasks as the policy's ``observe``: the rows counted as
 ``wmobs_dead_letter_rows_total`` are exactly the rows handed to the destination (a task that
 fails to write fails, and its counts are discarded with it).
 
-The plan, decided once when the policy is applied (:func:`choose_plan`), logged with the
-engine (``wmobs.engine``) and exported as the ``dead_letters`` label of ``wmobs_policy_info``;
+The plan, decided once when the policy is applied
+(:func:`wmobs.policy._deadletter_plan.choose_plan`), logged with the engine (``wmobs.engine``)
+and exported as the ``dead_letters`` label of ``wmobs_policy_info``;
 cheapest first (the benchmarks page has each):
 
 - ``jvm``: on the JVM engine, a Parquet directory reached with the default :class:`Storage`
@@ -49,17 +50,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from wmobs.policy._checkpoint import task_batch_id, task_query_id
+from wmobs.policy._deadletter_plan import text_kind
 from wmobs.policy._storage import Storage
 
 __all__ = [
     "BATCH_COLUMN",
-    "NOT_KEPT",
     "POLICY_COLUMN",
     "RULE_COLUMN",
     "DeadLetter",
     "DeadLetterFunction",
-    "DeadLetterPlan",
-    "choose_plan",
     "dead_letter_filter",
     "dead_letter_stage",
     "dead_letter_writer",
@@ -247,61 +246,6 @@ def _hand_over(
     sink.write(table, batch_id, context.partitionId(), writer=writer_name(policy, task_query_id()))
 
 
-# ---- which plan, decided once ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeadLetterPlan:
-    """How a policy keeps the rows it drops, decided once when it is applied (beside its
-    engine, logged with it, and exported as the ``dead_letters`` label of
-    ``wmobs_policy_info``): ``name`` is one of
-    :data:`~wmobs.observations.DEAD_LETTER_PLANS`, ``reason`` says why."""
-
-    name: str
-    reason: str
-
-
-NOT_KEPT = DeadLetterPlan("none", "no dead_letter: dropped rows are counted, not kept")
-
-
-def choose_plan(sink: DeadLetter | None, *, jvm: bool, schema: Any) -> DeadLetterPlan:
-    """The plan for ``sink`` on the JVM engine (``jvm``) or the Python engine, over input
-    columns ``schema`` (a ``StructType``): the cheapest that keeps every column exactly."""
-    from pyspark.sql import functions as F
-
-    if sink is None:
-        return NOT_KEPT
-    if jvm and sink.written_by_hadoop:
-        return DeadLetterPlan(
-            "jvm",
-            "a Parquet directory on the JVM engine: Spark's Parquet writer writes it in the "
-            "tasks, through Hadoop with the session's configuration; no row crosses into Python",
-        )
-    if sink.function is not None:
-        why = "a function destination"
-    elif sink.format != "parquet":
-        why = f"format={sink.format!r}, written by Python"
-    elif jvm:
-        why = "a directory with a Storage of its own (fsspec's credentials, not Hadoop's)"
-    else:
-        why = "the Python engine"
-    if not hasattr(F, "arrow_udf"):
-        return DeadLetterPlan(
-            "python_all",
-            f"{why}; PySpark before 4.1 has no Arrow-iterator UDF: every row crosses into Python",
-        )
-    untextual = [f.name for f in schema.fields if _text_kind(f.dataType) is None]
-    if untextual:
-        return DeadLetterPlan(
-            "python_all",
-            f"{why}; column(s) {', '.join(untextual)} have no exact text form: every row "
-            "crosses into Python",
-        )
-    return DeadLetterPlan(
-        "python_dropped", f"{why}: dropped rows cross into Python, kept rows stay in the JVM"
-    )
-
-
 # ---- the plan where nothing crosses into Python ------------------------------------------
 
 
@@ -439,28 +383,12 @@ def dead_letter_filter(
     return udf(F.when(is_dropped, F.to_json(row)))
 
 
-def _text_kind(data_type: Any) -> str | None:
-    """How :func:`_decode` reads back a column of ``data_type`` from its exact text form (see
-    :func:`dead_letter_filter`), or None where it has none."""
-    from pyspark.sql import types as T
-
-    if isinstance(data_type, T.BinaryType):
-        return "base64"
-    if isinstance(data_type, T.DateType):
-        return "days"
-    if isinstance(data_type, T.TimestampType):
-        return "micros"
-    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType)):
-        return "cast"
-    return None
-
-
 def _text_form(column: Any, data_type: Any) -> tuple[Any, str] | None:
     """``column`` as exact text (see :func:`dead_letter_filter`) and how :func:`_decode` reads
     it back, or None."""
     from pyspark.sql import functions as F
 
-    kind = _text_kind(data_type)
+    kind = text_kind(data_type)
     encode: dict[str, Callable[[Any], Any]] = {
         "base64": F.base64,
         "days": lambda c: F.unix_date(c).cast("string"),
