@@ -3,14 +3,11 @@ package io.wmobs.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.Serializable;
 import java.util.ArrayList;
-import java.util.Collections;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GetStructField;
@@ -33,7 +30,7 @@ import scala.Option;
  * the same errors. The call is a generator with that plan's output as its rows' schema, which
  * is never evaluated.
  */
-public final class PolicyCall extends WmobsGenerator implements Serializable {
+public final class PolicyCall extends PlannedCall implements Serializable {
   private static final long serialVersionUID = 1L;
   static final String NAME = "wmobs_policy";
 
@@ -88,18 +85,6 @@ public final class PolicyCall extends WmobsGenerator implements Serializable {
   }
 
   @Override
-  protected Iterator<InternalRow> rows(InternalRow input) {
-    throw new IllegalStateException(
-        "wmobs: " + NAME + " is planned by wmobs' Spark extension, which this session lacks: "
-            + "start it with spark.sql.extensions=" + WmobsExtensions.class.getName());
-  }
-
-  @Override
-  protected Iterator<InternalRow> finish() {
-    return Collections.emptyIterator();
-  }
-
-  @Override
   protected List<Expression> arguments() {
     return List.of(row);
   }
@@ -119,7 +104,7 @@ public final class PolicyCall extends WmobsGenerator implements Serializable {
     return NAME;
   }
 
-  /** The policy's plan over {@code child}, its output as the call's {@code output}. */
+  @Override
   LogicalPlan plan(SparkSession spark, LogicalPlan child, List<Attribute> output) {
     StructType struct = input();
     List<NamedExpression> columns = new ArrayList<>();
@@ -129,13 +114,6 @@ public final class PolicyCall extends WmobsGenerator implements Serializable {
     }
     LogicalPlan input = new Project(Scala.seq(columns), child);
     PolicyOptions policy = PolicyOptions.of(given(), Set.of(struct.fieldNames()));
-    LogicalPlan judged = Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy));
-    List<Attribute> made = Scala.list(judged.output());
-    List<NamedExpression> renamed = new ArrayList<>();
-    for (int i = 0; i < output.size(); i++) {
-      Attribute target = output.get(i);
-      renamed.add(Scala.alias(made.get(i), target.name(), target.exprId()));
-    }
-    return new Project(Scala.seq(renamed), judged);
+    return as(Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy)), output);
   }
 }

@@ -3,13 +3,10 @@ package io.wmobs.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.Serializable;
 import java.util.ArrayList;
-import java.util.Collections;
-import java.util.Iterator;
 import java.util.List;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -31,7 +28,7 @@ import org.apache.spark.sql.types.StructType;
  * <p>{@code spec}: the substreams' spec ({@link Substreams}) with {@code columns}, the
  * arguments' names, in order.
  */
-public final class SubstreamsCall extends WmobsGenerator implements Serializable {
+public final class SubstreamsCall extends PlannedCall implements Serializable {
   private static final long serialVersionUID = 1L;
   static final String NAME = "wmobs_substreams";
 
@@ -77,18 +74,6 @@ public final class SubstreamsCall extends WmobsGenerator implements Serializable
   }
 
   @Override
-  protected Iterator<InternalRow> rows(InternalRow row) {
-    throw new IllegalStateException(
-        "wmobs: " + NAME + " is planned by wmobs' Spark extension, which this session lacks: "
-            + "start it with spark.sql.extensions=" + WmobsExtensions.class.getName());
-  }
-
-  @Override
-  protected Iterator<InternalRow> finish() {
-    return Collections.emptyIterator();
-  }
-
-  @Override
   protected List<Expression> arguments() {
     return columns;
   }
@@ -108,21 +93,14 @@ public final class SubstreamsCall extends WmobsGenerator implements Serializable
     return NAME;
   }
 
-  /** The plan of {@code call} over {@code child}, its output as the call's {@code output}. */
+  @Override
   LogicalPlan plan(SparkSession spark, LogicalPlan child, List<Attribute> output) {
     List<NamedExpression> projected = new ArrayList<>();
     for (int i = 0; i < names.size(); i++) {
       projected.add(Scala.alias(columns.get(i), names.get(i), null));
     }
     Dataset<Row> staged = Scala.dataset(spark, new Project(Scala.seq(projected), child));
-    LogicalPlan judged = Scala.plan(Substreams.judge(staged, spec));
-    List<Attribute> made = Scala.list(judged.output());
-    List<NamedExpression> renamed = new ArrayList<>();
-    for (int i = 0; i < output.size(); i++) {
-      Attribute target = output.get(i);
-      renamed.add(Scala.alias(made.get(i), target.name(), target.exprId()));
-    }
-    return new Project(Scala.seq(renamed), judged);
+    return as(Scala.plan(Substreams.judge(staged, spec)), output);
   }
 
   /**
@@ -148,12 +126,7 @@ public final class SubstreamsCall extends WmobsGenerator implements Serializable
       }
       LogicalPlan node = changed ? plan.withNewChildren(Scala.seq(replaced)) : plan;
       if (node instanceof Generate generate
-          && generate.generator() instanceof SubstreamsCall call
-          && generate.resolved()) {
-        return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
-      }
-      if (node instanceof Generate generate
-          && generate.generator() instanceof PolicyCall call
+          && generate.generator() instanceof PlannedCall call
           && generate.resolved()) {
         return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
       }
