@@ -14,6 +14,23 @@ from typing import Any
 from wmobs import BatchSummary, QuerySnapshot
 
 
+def user_env(first_on_path: Path) -> dict[str, str]:
+    """A user's shell for a command a docs page or an example gives: ``first_on_path`` first on
+    the ``PATH``, this Python for Spark's workers, no ``PYTHONPATH`` (wmobs as installed) and no
+    ``SPARK_HOME`` (PySpark's own Spark)."""
+    import sys
+
+    env = {
+        **os.environ,
+        "PATH": f"{first_on_path}{os.pathsep}{os.environ['PATH']}",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    env.pop("PYTHONPATH", None)
+    env.pop("SPARK_HOME", None)
+    return env
+
+
 def write_rows(directory: Path, name: str, rows: list[dict[str, Any]]) -> None:
     """One JSON-lines file, appearing atomically; each later file gets a later mtime (the
     order in which Spark's file source reads them)."""

@@ -5,13 +5,14 @@ the listener in the client, and the server stopped."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ._streaming import user_env
 
 pytestmark = pytest.mark.spark
 
@@ -45,14 +46,7 @@ def test_the_spark_connect_page_runs_as_written(tmp_path: Path) -> None:
     client = block("client")
     before, stop = client.split("while query.status", 1)
     (tmp_path / "client.py").write_text(before + CHECK + "while query.status" + stop)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    env.pop("PYTHONPATH", None)
-    env.pop("SPARK_HOME", None)
+    env = user_env(Path(sys.executable).parent)
     steps = "set -e\n" + block("start")
     stop = block("stop")
 

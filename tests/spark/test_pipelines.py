@@ -6,7 +6,6 @@ global policy, one per device, and a SQL ``CREATE STREAMING TABLE`` with
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ._streaming import write_rows
+from ._streaming import user_env, write_rows
 from .test_policy_spark import GLOBAL_EXPECTED, SUBSTREAM_EXPECTED, expected_seconds, worked_rows
 
 pytestmark = pytest.mark.spark
@@ -37,14 +36,7 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
     spec = spec.replace("file:///tmp/wmobs-pipeline/storage", (tmp_path / "storage").as_uri())
     spec = spec.replace("/tmp/wmobs-pipeline/events", str(events))
     (project / "spark-pipeline.yml").write_text(spec)
-    env = {
-        **os.environ,
-        "PATH": f"{spark_pipelines.parent}{os.pathsep}{os.environ['PATH']}",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    env.pop("PYTHONPATH", None)
-    env.pop("SPARK_HOME", None)
+    env = user_env(spark_pipelines.parent)
     # The command of the spec's comment, as written.
     command = next(
         line.split("#", 1)[1].strip() for line in spec.splitlines() if "spark-pipelines run" in line

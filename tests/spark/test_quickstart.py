@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ._streaming import user_env
+
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,13 +57,7 @@ def test_the_readme_quick_start_runs_on_the_jvm_engine(tmp_path: Path) -> None:
     called = tmp_path / "javac-was-called"
     (fake / "javac").write_text(f"#!/bin/sh\ntouch {called}\nexit 1\n")
     (fake / "javac").chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    env.pop("PYTHONPATH", None)
+    env = user_env(fake)
     done = subprocess.run(
         [sys.executable, "quickstart.py"],
         cwd=tmp_path,
