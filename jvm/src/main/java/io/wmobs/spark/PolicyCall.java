@@ -6,7 +6,6 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -113,7 +112,8 @@ public final class PolicyCall extends PlannedCall implements Serializable {
       columns.add(Scala.alias(new GetStructField(row, i, Option.apply(name)), name, null));
     }
     LogicalPlan input = new Project(Scala.seq(columns), child);
-    PolicyOptions policy = PolicyOptions.of(given(), Set.of(struct.fieldNames()));
+    PolicyOptions policy =
+        PolicyOptions.of(given(), new java.util.HashSet<>(List.of(struct.fieldNames())));
     return as(Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy)), output);
   }
 }

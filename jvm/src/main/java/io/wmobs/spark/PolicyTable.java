@@ -77,7 +77,7 @@ final class PolicyTable {
               + " in a pipeline TABLE(SELECT * FROM STREAM <table>)");
     }
     SparkSession spark = SparkSession.active();
-    Set<String> columns = Set.of(input.schema().fieldNames());
+    Set<String> columns = new java.util.HashSet<>(List.of(input.schema().fieldNames()));
     PolicyOptions policy = PolicyOptions.of(options, columns);
     return Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy));
   }
