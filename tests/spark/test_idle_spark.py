@@ -40,7 +40,10 @@ def start(spark: Any, policy: TimePolicy, tmp: Path, name: str, **apply: Any) ->
 
     source = spark.readStream.schema(SCHEMA).json(str(tmp / "in"))
     checkpoint = tmp / f"ckpt-{name}"
-    out = policy.apply(source, checkpoint_location=str(checkpoint), **apply)
+    # The JVM engine finds the query's checkpoint (its heartbeat from its own source folder,
+    # its functions from the running query); the Python engine is told.
+    told = None if policy.engine == "jvm" else str(checkpoint)
+    out = policy.apply(source, checkpoint_location=told, **apply)
     windows = out.groupBy(F.window("system_timestamp", f"{WINDOW} seconds"), "deviceId").agg(
         F.count("*").alias("n"), F.sum("v").alias("total")
     )

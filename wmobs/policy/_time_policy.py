@@ -246,9 +246,9 @@ class TimePolicy:
 
         ``checkpoint_location``: the ``checkpointLocation`` of the query this DataFrame will
         run in: every micro-batch reads its watermark and timestamp from it. Optional on the
-        JVM engine, whose extension finds the running query's (except for a global
-        ``idle_timeout``); on the Python engine not needed for a named query under the
-        session's ``spark.sql.streaming.checkpointLocation`` root.
+        JVM engine, whose extension finds the running query's; on the Python engine not needed
+        for a named query under the session's ``spark.sql.streaming.checkpointLocation`` root
+        (but for a global ``idle_timeout``).
 
         ``dead_letter``: where dropped rows go (a directory, a function, or a
         :class:`wmobs.DeadLetter`); see :mod:`wmobs.deadletter`. Without it dropped rows are
@@ -287,12 +287,12 @@ class TimePolicy:
             arrival_time = None  # the default, and no such column: the micro-batch's time
         self._check_columns(df, arrival_time)
         idle = self.tolerances.idle_timeout_us is not None
-        if idle and self.substream_by is None and checkpoint_location is None:
-            raise ValueError(
-                "idle_timeout: without substream_by the idle timeout reads the query's "
-                "offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
-            )
         engine = choose(df.sparkSession, self.engine)
+        if idle and self.substream_by is None and checkpoint_location is None and not engine.jvm:
+            raise ValueError(
+                "idle_timeout: without substream_by the Python engine's idle timeout reads the "
+                "query's offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
+            )
         plan = choose_plan(sink, jvm=engine.jvm, schema=df.schema)
         self._log_choices(engine, plan, arrival_time)
         # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.

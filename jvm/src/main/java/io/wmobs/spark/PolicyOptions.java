@@ -155,11 +155,6 @@ record PolicyOptions(
           "name: at most " + MAX_NAME + " characters, got " + name.length());
     }
     String checkpoint = text(all, "checkpoint_location", true);
-    if (idle != null && keys == null && checkpoint == null) {
-      throw new IllegalArgumentException(
-          "idle_timeout: without substream_by the idle timeout reads the query's offsets log:"
-              + " pass checkpoint_location => '<the query's checkpointLocation>'");
-    }
     return new PolicyOptions(
         eventTime,
         arrival,
