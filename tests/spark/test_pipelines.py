@@ -1,11 +1,13 @@
 """Time policies in Spark Declarative Pipelines: ``examples/pipeline`` run by
-``spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)`` as its README line says,
+``spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)`` as its spec says,
 over the worked example's events, one file per micro-batch: a Python ``@dp.table`` with the
 global policy, one per device, and a SQL ``CREATE STREAMING TABLE`` with
-``wmobs_time_policy``; every flow's output is the reference cases' (PySpark 4.1+)."""
+``wmobs_time_policy``; every flow's output is the reference cases', and a listener attached in
+a pipeline file counts each flow's verdicts under the name SDP gives it (PySpark 4.1+)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,31 @@ from .test_policy_spark import GLOBAL_EXPECTED, SUBSTREAM_EXPECTED, expected_sec
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
+FLOWS = ("judged", "judged_sql", "judged_per_device")
+# A pipeline file of the test's: the listener, attached at the file's top level, and what it
+# saw of each flow written out when the pipeline's process ends.
+LISTENER = f"""
+import atexit, json, os
+from pyspark.sql import SparkSession
+import wmobs
+
+monitor = wmobs.attach(SparkSession.active())
+
+
+def _seen():
+    seen = {{}}
+    for flow in {FLOWS!r}:
+        snap = monitor.snapshot("spark_catalog.default." + flow)
+        seen[flow] = None if snap is None else {{
+            policy: {{f"{{r}}:{{a}}": n for (r, a), n in state.events.items() if n}}
+            for policy, state in snap.policies.items()
+        }}
+    with open(os.environ["WMOBS_LISTENER_DUMP"], "w") as out:
+        json.dump(seen, out)
+
+
+atexit.register(_seen)
+"""
 
 
 def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_path: Path) -> None:
@@ -36,7 +63,9 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
     spec = spec.replace("file:///tmp/wmobs-pipeline/storage", (tmp_path / "storage").as_uri())
     spec = spec.replace("/tmp/wmobs-pipeline/events", str(events))
     (project / "spark-pipeline.yml").write_text(spec)
+    (project / "transformations" / "zz_listener.py").write_text(LISTENER)
     env = user_env(spark_pipelines.parent)
+    env["WMOBS_LISTENER_DUMP"] = str(tmp_path / "listener.json")
     # The command of the spec's comment, as written.
     command = next(
         line.split("#", 1)[1].strip() for line in spec.splitlines() if "spark-pipelines run" in line
@@ -62,8 +91,15 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         rows = spark.read.parquet(str(warehouse / table)).collect()
         got = {r.id: int(r.system_timestamp.timestamp()) for r in rows}
         assert got == expected_seconds(expected), table
+    seen = json.loads((tmp_path / "listener.json").read_text())
+    worked = {"early_arrival:dropped": 1, "late_arrival:adjusted": 1}
+    assert seen == {
+        "judged": {"judged": {**worked, "out_of_order:adjusted": 2}},
+        "judged_sql": {"judged_sql": {**worked, "out_of_order:adjusted": 2}},
+        "judged_per_device": {"judged_per_device": worked},
+    }
     # Each flow's checkpoint, under the pipeline's storage, is where the policy found it.
     checkpoints = tmp_path / "storage" / "_checkpoints" / "spark_catalog" / "default"
-    for table in ("judged", "judged_sql", "judged_per_device"):
+    for table in FLOWS:
         offsets = checkpoints / table / table / "0" / "offsets"
         assert len([f for f in offsets.iterdir() if not f.name.startswith(".")]) == 12, table
