@@ -271,10 +271,17 @@ def build() -> dict[str, Any]:
         ),
         panel(
             "Time policies by engine",
-            "Time policies of running queries per engine (wmobs_policy_info): jvm is wmobs' "
-            "Spark extension; python the Python engine, for sessions without the extension.",
+            "Time policies of running queries per engine and dead-letter plan "
+            "(wmobs_policy_info): jvm is wmobs' Spark extension, python the Python engine, for "
+            "sessions without the extension; dead letters none (counted only), jvm (Spark's "
+            "Parquet writer in the tasks), python_dropped or python_all (rows through Python).",
             "short",
-            [(f"count by (engine) (wmobs_policy_info{{{SEL}}})", "{{engine}}")],
+            [
+                (
+                    f"count by (engine, dead_letters) (wmobs_policy_info{{{SEL}}})",
+                    "{{engine}}, dead letters: {{dead_letters}}",
+                )
+            ],
             (0, 66, 12, 4),
             kind="stat",
         ),
