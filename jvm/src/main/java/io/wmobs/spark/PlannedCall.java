@@ -8,12 +8,14 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.Generate;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.rules.Rule;
 
 /**
  * A call by name that stands for a plan: a generator, in a {@code select} of its own, that the
- * extension's analyzer rule ({@link SubstreamsCall.Planner}) replaces with the plan it names
+ * extension's analyzer rule ({@link Planner}) replaces with the plan it names
  * ({@link SubstreamsCall}, {@link PolicyCall}) before Spark checks or runs the query. A Spark
  * Connect client sends such calls where it cannot reach the JVM. The generator is never
  * evaluated: without the rule (a session started without the extension) it says so.
@@ -43,5 +45,36 @@ abstract class PlannedCall extends WmobsGenerator {
       renamed.add(Scala.alias(columns.get(i), target.name(), target.exprId()));
     }
     return new Project(Scala.seq(renamed), made);
+  }
+
+  /**
+   * The extension's analyzer rule: each resolved {@code wmobs_substreams} call replaced with
+   * its plan, and each {@code wmobs_policy} call ({@link PolicyCall}) with its policy's.
+   */
+  public static final class Planner extends Rule<LogicalPlan> {
+    private final SparkSession spark;
+
+    public Planner(SparkSession spark) {
+      this.spark = spark;
+    }
+
+    @Override
+    public LogicalPlan apply(LogicalPlan plan) {
+      List<LogicalPlan> children = Scala.list(plan.children());
+      List<LogicalPlan> replaced = new ArrayList<>(children.size());
+      boolean changed = false;
+      for (LogicalPlan child : children) {
+        LogicalPlan after = apply(child);
+        changed |= after != child;
+        replaced.add(after);
+      }
+      LogicalPlan node = changed ? plan.withNewChildren(Scala.seq(replaced)) : plan;
+      if (node instanceof Generate generate
+          && generate.generator() instanceof PlannedCall call
+          && generate.resolved()) {
+        return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
+      }
+      return node;
+    }
   }
 }

@@ -24,7 +24,7 @@ import scala.Option;
  * (inside a Spark Declarative Pipelines query function). {@code options}: JSON of the policy's
  * options by their Python and SQL names ({@link PolicyOptions}); the struct: every column of
  * the input, which Spark expands when it analyses the query. The extension's analyzer rule
- * ({@link SubstreamsCall.Planner}) replaces the call with {@link PolicyPlan}'s plan, as SQL's
+ * ({@link PlannedCall.Planner}) replaces the call with {@link PolicyPlan}'s plan, as SQL's
  * {@code wmobs_time_policy} is planned; every check on the input's columns happens then, with
  * the same errors. The call is a generator with that plan's output as its rows' schema, which
  * is never evaluated.

@@ -10,16 +10,14 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
-import org.apache.spark.sql.catalyst.plans.logical.Generate;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
-import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.types.StructType;
 
 /**
  * Substreams called by name: {@code wmobs_substreams(spec, c0, c1, ...)} over every column of
  * a DataFrame, in a {@code select} of its own, is what a Spark Connect client (or SQL) sends;
- * the extension's analyzer rule ({@link Planner}) replaces it with the plan {@link
+ * the extension's analyzer rule ({@link PlannedCall.Planner}) replaces it with the plan {@link
  * Substreams#judge} builds, Spark's {@code flatMapGroupsWithState} in it, before Spark checks
  * or runs the query. (A classic session's Python side calls {@code Substreams.judge} itself:
  * the rule exists only in sessions that started with the extension.) The call is a generator
@@ -101,36 +99,5 @@ public final class SubstreamsCall extends PlannedCall implements Serializable {
     }
     Dataset<Row> staged = Scala.dataset(spark, new Project(Scala.seq(projected), child));
     return as(Scala.plan(Substreams.judge(staged, spec)), output);
-  }
-
-  /**
-   * The extension's analyzer rule: each resolved {@code wmobs_substreams} call replaced with
-   * its plan, and each {@code wmobs_policy} call ({@link PolicyCall}) with its policy's.
-   */
-  public static final class Planner extends Rule<LogicalPlan> {
-    private final SparkSession spark;
-
-    public Planner(SparkSession spark) {
-      this.spark = spark;
-    }
-
-    @Override
-    public LogicalPlan apply(LogicalPlan plan) {
-      List<LogicalPlan> children = Scala.list(plan.children());
-      List<LogicalPlan> replaced = new ArrayList<>(children.size());
-      boolean changed = false;
-      for (LogicalPlan child : children) {
-        LogicalPlan after = apply(child);
-        changed |= after != child;
-        replaced.add(after);
-      }
-      LogicalPlan node = changed ? plan.withNewChildren(Scala.seq(replaced)) : plan;
-      if (node instanceof Generate generate
-          && generate.generator() instanceof PlannedCall call
-          && generate.resolved()) {
-        return call.plan(spark, generate.child(), Scala.list(generate.generatorOutput()));
-      }
-      return node;
-    }
   }
 }

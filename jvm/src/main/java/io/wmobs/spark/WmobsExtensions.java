@@ -9,7 +9,7 @@ import scala.runtime.BoxedUnit;
  * wmobs' Spark extension: {@code spark.sql.extensions=io.wmobs.spark.WmobsExtensions}, with
  * wmobs' JAR on {@code spark.jars}, registers wmobs' functions ({@link Functions}) in every
  * session, Spark Connect's included, SQL's time policy ({@link PolicyTable}), and the analyzer
- * rule that plans substreams called by name ({@link SubstreamsCall.Planner}).
+ * rule that plans the calls by name of substreams and of a whole policy ({@link PlannedCall.Planner}).
  */
 public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -23,7 +23,7 @@ public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensi
     }
     extensions.injectTableFunction(
         new Tuple3<>(PolicyTable.identifier(), PolicyTable.info(), PolicyTable::build));
-    extensions.injectResolutionRule(SubstreamsCall.Planner::new);
+    extensions.injectResolutionRule(PlannedCall.Planner::new);
     extensions.injectOptimizerRule(QueryCheckpoint::new);
     return BoxedUnit.UNIT;
   }
