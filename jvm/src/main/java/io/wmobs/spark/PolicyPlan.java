@@ -43,16 +43,24 @@ final class PolicyPlan {
   static final long INVALID_DROPPED = 1;
   static final long OOO_ADJUSTED = 32;
   static final long OOO_DROPPED = 64;
-  static final long DROPPED_BITS = 1 | 4 | 16 | 64;
-  static final String[][] VERDICT_BITS = {
-    {"invalid_time", "dropped", "1"},
-    {"early_arrival", "adjusted", "2"},
-    {"early_arrival", "dropped", "4"},
-    {"late_arrival", "adjusted", "8"},
-    {"late_arrival", "dropped", "16"},
-    {"out_of_order", "adjusted", "32"},
-    {"out_of_order", "dropped", "64"},
-  };
+  /** One verdict a row can get: its rule, its action and its bit. */
+  record Verdict(String rule, String action, long bit) {
+    boolean dropped() {
+      return action.equals("dropped");
+    }
+  }
+
+  static final List<Verdict> VERDICTS =
+      List.of(
+          new Verdict("invalid_time", "dropped", INVALID_DROPPED),
+          new Verdict("early_arrival", "adjusted", 2),
+          new Verdict("early_arrival", "dropped", 4),
+          new Verdict("late_arrival", "adjusted", 8),
+          new Verdict("late_arrival", "dropped", 16),
+          new Verdict("out_of_order", "adjusted", OOO_ADJUSTED),
+          new Verdict("out_of_order", "dropped", OOO_DROPPED));
+  static final long DROPPED_BITS =
+      VERDICTS.stream().filter(Verdict::dropped).mapToLong(Verdict::bit).sum();
   static final String TS = "wmobs__ts_us";
   static final String ARRIVAL = "wmobs__arrival_us";
   static final String VERDICT = "wmobs__verdict";
@@ -228,8 +236,8 @@ final class PolicyPlan {
     spec.put("out_of_order_us", outOfOrder ? options.outOfOrderUs() : null);
     spec.put("out_of_order_drop", options.outOfOrderDrop());
     List<List<Object>> bits = new ArrayList<>();
-    for (String[] bit : VERDICT_BITS) {
-      bits.add(List.of(bit[0], bit[1], Long.parseLong(bit[2])));
+    for (Verdict verdict : VERDICTS) {
+      bits.add(List.of(verdict.rule(), verdict.action(), verdict.bit()));
     }
     spec.put("bits", bits);
     Map<String, String> fields = new LinkedHashMap<>();
@@ -336,9 +344,9 @@ final class PolicyPlan {
     boolean substreams = options.substreamBy() != null;
     Map<String, Object> spec = new LinkedHashMap<>();
     List<List<Object>> counts = new ArrayList<>();
-    for (String[] bit : VERDICT_BITS) {
-      if (canHappen(options, bit[0], bit[1])) {
-        counts.add(List.of("rule:" + bit[0] + ":" + bit[1], Long.parseLong(bit[2])));
+    for (Verdict verdict : VERDICTS) {
+      if (canHappen(options, verdict)) {
+        counts.add(List.of("rule:" + verdict.rule() + ":" + verdict.action(), verdict.bit()));
       }
     }
     spec.put("counts", counts);
@@ -392,9 +400,9 @@ final class PolicyPlan {
   }
 
   /** The verdicts this policy can give ({@code Context.can_happen}). */
-  private static boolean canHappen(PolicyOptions options, String rule, String action) {
-    boolean dropped = action.equals("dropped");
-    return switch (rule) {
+  private static boolean canHappen(PolicyOptions options, Verdict verdict) {
+    boolean dropped = verdict.dropped();
+    return switch (verdict.rule()) {
       case "invalid_time" -> dropped;
       case "early_arrival" -> options.earlyArrivalUs() != null && options.earlyDrop() == dropped;
       case "late_arrival" -> options.lateDrop() == dropped;
@@ -405,9 +413,9 @@ final class PolicyPlan {
   /** (rule, bit) of every dropping verdict, in the order the rules judge. */
   private static List<List<Object>> dropRules() {
     List<List<Object>> rules = new ArrayList<>();
-    for (String[] bit : VERDICT_BITS) {
-      if (bit[1].equals("dropped")) {
-        rules.add(List.of(bit[0], Long.parseLong(bit[2])));
+    for (Verdict verdict : VERDICTS) {
+      if (verdict.dropped()) {
+        rules.add(List.of(verdict.rule(), verdict.bit()));
       }
     }
     return rules;
