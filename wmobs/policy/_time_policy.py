@@ -75,6 +75,7 @@ from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 __all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 
@@ -282,10 +283,11 @@ class TimePolicy:
                 checkpoint_location=checkpoint_location,
                 arrival_default=isinstance(self.arrival_time, _DefaultColumn),
             )
+        schema = df.schema  # once: over Spark Connect each read is a round trip to the server
         arrival_time = self.arrival_time
-        if isinstance(arrival_time, _DefaultColumn) and arrival_time not in df.columns:
+        if isinstance(arrival_time, _DefaultColumn) and arrival_time not in schema.names:
             arrival_time = None  # the default, and no such column: the micro-batch's time
-        self._check_columns(df, arrival_time)
+        self._check_columns(df, schema, arrival_time)
         idle = self.tolerances.idle_timeout_us is not None
         engine = choose(df.sparkSession, self.engine)
         if idle and self.substream_by is None and checkpoint_location is None and not engine.jvm:
@@ -293,7 +295,7 @@ class TimePolicy:
                 "idle_timeout: without substream_by the Python engine's idle timeout reads the "
                 "query's offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
             )
-        plan = choose_plan(sink, jvm=engine.jvm, schema=df.schema)
+        plan = choose_plan(sink, jvm=engine.jvm, schema=schema)
         self._log_choices(engine, plan, arrival_time)
         # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.
         checkpoint_location = qualified_path(df.sparkSession, checkpoint_location or "") or None
@@ -319,7 +321,7 @@ class TimePolicy:
             storage=resolved,
             engine=engine,
             dead_letters=plan,
-            renamed=dotted_names(df.columns),
+            renamed=dotted_names(schema.names),
             relative_to=""
             if checkpoint_location or engine.jvm
             else working_directory(df.sparkSession),
@@ -343,7 +345,7 @@ class TimePolicy:
 
     # ---- validation -----------------------------------------------------------------------
 
-    def _check_columns(self, df: DataFrame, arrival_time: str | None) -> None:
+    def _check_columns(self, df: DataFrame, schema: StructType, arrival_time: str | None) -> None:
         from pyspark.sql.types import (
             FractionalType,
             IntegralType,
@@ -352,7 +354,7 @@ class TimePolicy:
             TimestampType,
         )
 
-        fields = {f.name: f.dataType for f in df.schema.fields}
+        fields = {f.name: f.dataType for f in schema.fields}
         if not df.isStreaming:
             raise TypeError("apply: expected a streaming DataFrame (spark.readStream...)")
         checks: list[tuple[str, str, tuple[type, ...]]] = [
