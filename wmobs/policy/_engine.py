@@ -1,5 +1,5 @@
 """Which engine runs a time policy: decided here, once per ``TimePolicy.apply``, logged once at
-info with its reason, and exported as ``wmobs_policy_info{query, policy, engine}``.
+info with its reason, and exported as ``wmobs_policy_info{query, policy, engine, dead_letters}``.
 
 - ``jvm``: wmobs' Spark extension (:mod:`wmobs.policy._jvm`). The batch's times are read in
   the tasks, substreams are judged by a Catalyst generator, everything observed is one

@@ -36,7 +36,7 @@ it into the generated code as a literal, which Spark then compiles anew in every
 
 ``engine``: ``"auto"`` (default), ``"jvm"`` or ``"python"``; see :mod:`wmobs.policy._engine`.
 The choice is made once per ``apply``, logged at info and exported as
-``wmobs_policy_info{query, policy, engine}``.
+``wmobs_policy_info{query, policy, engine, dead_letters}``.
 
 ``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
 clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
