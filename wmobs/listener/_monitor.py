@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 import weakref
@@ -10,9 +11,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
 
 from wmobs._log import get_logger
 from wmobs._spark import jvm_exited
@@ -30,23 +31,102 @@ __all__ = ["Monitor", "attach"]
 _log = get_logger()
 
 
-def _otlp_reader(endpoint: str | bool) -> Any:
-    try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ImportError(
-            "otlp_endpoint needs the OTLP exporter: pip install 'wmobs[otlp]'"
-        ) from exc
+def _otlp_metrics(
+    tracker: Tracker, endpoint: str | bool, protocol: str, logger: Any, pushes: list[Any]
+) -> SdkMeterProvider:
+    """A private provider that pushes every instrument, the event distributions included
+    (:mod:`wmobs.listener._otlp`), to ``endpoint`` at the SDK's interval."""
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    if endpoint is True:  # everything from the standard OTEL_EXPORTER_OTLP_* variables
-        exporter = OTLPMetricExporter()
+    from wmobs.listener._otlp import MetricsExporter, QuietExports, metric_exporter
+
+    quiet = QuietExports("metrics", endpoint, protocol, logger)
+    pushes.append(quiet)
+    exporter = MetricsExporter(metric_exporter(endpoint, protocol), tracker, quiet)
+    return SdkMeterProvider(
+        metric_readers=[PeriodicExportingMetricReader(exporter)], resource=_resource()
+    )
+
+
+def _resource() -> Any:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES still apply (Resource.create reads them).
+    return Resource.create({SERVICE_NAME: "wmobs"})
+
+
+TRACES_EXPORTERS = ("otlp", "console", "none")
+"""The values of ``OTEL_TRACES_EXPORTER`` that wmobs follows."""
+
+
+def _traces_wanted(traces: bool | None, logger: Any) -> str | None:
+    """Which span exporter ``attach`` makes: ``otlp``, ``console`` or ``None`` (no traces)."""
+    if traces is not None:
+        return "otlp" if traces else None
+    chosen = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if chosen in ("", "none"):
+        return None
+    if chosen not in TRACES_EXPORTERS:
+        (logger if logger is not None else _log).warning(
+            "wmobs.traces_exporter_unsupported",
+            OTEL_TRACES_EXPORTER=chosen,
+            hint=f"wmobs makes its spans' exporter for {', '.join(TRACES_EXPORTERS)}; for "
+            "another, pass attach(tracer_provider=...) with the application's provider",
+        )
+        return None
+    return chosen
+
+
+def _tracing(
+    traces: bool | None,
+    provider: TracerProvider | None,
+    endpoint: str | bool | None,
+    protocol: str | None,
+    logger: Any,
+    *,
+    pushes: list[Any],
+) -> tuple[TracerProvider | None, Any]:
+    """The provider wmobs makes its spans on (``None``: no traces), and the private one among
+    them that ``close`` shuts down."""
+    if provider is not None:
+        if traces is False:
+            raise ValueError("attach: tracer_provider= makes traces; not with traces=False")
+        return provider, None
+    kind = _traces_wanted(traces, logger)
+    if kind is None:
+        return None, None
+    private = _private_tracing(kind, endpoint, protocol, logger, pushes)
+    return private, private
+
+
+def _private_tracing(
+    kind: str, endpoint: str | bool | None, protocol: str | None, logger: Any, pushes: list[Any]
+) -> Any:
+    """A private TracerProvider whose batch processor exports wmobs' spans on its thread."""
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    from wmobs.listener._otlp import (
+        QuietExports,
+        QuietSpanExporter,
+        resolve_protocol,
+        span_exporter,
+    )
+
+    where: str | bool
+    if kind == "console":
+        inner, where, protocol = ConsoleSpanExporter(), "stdout", "console"
     else:
-        url = str(endpoint)
-        if urlsplit(url).path in ("", "/"):
-            url = url.rstrip("/") + "/v1/metrics"
-        exporter = OTLPMetricExporter(endpoint=url)
-    return PeriodicExportingMetricReader(exporter)
+        protocol = resolve_protocol(protocol, "traces")
+        where = endpoint if endpoint else True
+        inner = span_exporter(where, protocol)
+    quiet = QuietExports("traces", where, protocol, logger)
+    pushes.append(quiet)
+    exporter = QuietSpanExporter(inner, quiet)
+    provider = SdkTracerProvider(resource=_resource())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
 
 
 class Monitor:
@@ -63,6 +143,8 @@ class Monitor:
         tracker: Tracker,
         listener: Any,
         private_provider: SdkMeterProvider | None,
+        private_tracing: Any = None,
+        pushes: list[Any] | None = None,
         server: MetricsServer | None,
         registry: CollectorRegistry | None,
         prometheus_addr: str | None,
@@ -71,6 +153,8 @@ class Monitor:
         self.tracker = tracker
         self.listener = listener
         self._private_provider = private_provider
+        self._private_tracing = private_tracing
+        self._pushes = pushes or []
         self._server = server
         self.registry = registry
         """The ``prometheus_client`` registry behind the endpoint (``None`` without one)."""
@@ -88,6 +172,18 @@ class Monitor:
         if self._server is None:
             return None
         return f"http://{self.prometheus_addr}:{self.prometheus_port}/metrics"
+
+    def flush(self, timeout: timedelta = timedelta(seconds=10)) -> bool:
+        """Push what wmobs pushes over OTLP now (metrics, and the spans made so far), rather
+        than at the next interval; True if every push went through within ``timeout``. A
+        no-op (True) without OTLP."""
+        millis = int(timeout.total_seconds() * 1000)
+        failures = sum(push.failures for push in self._pushes)
+        ok = True
+        for provider in (self._private_provider, self._private_tracing):
+            if provider is not None and not self._closed:
+                ok = bool(provider.force_flush(millis)) and ok
+        return ok and sum(push.failures for push in self._pushes) == failures
 
     def snapshot(self, query: str) -> QuerySnapshot | None:
         """A copy of what wmobs knows of ``query`` (its name, or its id when unnamed)."""
@@ -117,6 +213,8 @@ class Monitor:
             self._server.server_close()
         if self._private_provider is not None:
             self._private_provider.shutdown()  # a last OTLP push, with the final values
+        if self._private_tracing is not None:
+            self._private_tracing.shutdown()  # the spans not exported yet
         self.tracker.close()  # then an injected provider stops seeing wmobs' series
 
     def __enter__(self) -> Monitor:
@@ -182,6 +280,9 @@ def attach(
     on_progress: Callable[[QuerySnapshot, BatchSummary], None] | None = None,
     clock: Callable[[], float] = time.time,
     terminated_retention: timedelta | None = timedelta(hours=1),
+    otlp_protocol: str | None = None,
+    traces: bool | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> Monitor:
     """Watch every streaming query of ``spark`` (classic or Spark Connect) and export metrics.
 
@@ -192,9 +293,20 @@ def attach(
       (``0`` picks a free port: read ``Monitor.prometheus_port``), rendered from the tracker
       when scraped (:mod:`wmobs.listener._exposition`), with a private registry, so nothing
       global is touched.
-    - ``otlp_endpoint``: also push over OTLP/HTTP (needs ``wmobs[otlp]``): a URL such as
-      ``http://127.0.0.1:4318``, or ``True`` to take everything from the standard
-      ``OTEL_EXPORTER_OTLP_*`` variables (which also set headers, timeout and compression).
+    - ``otlp_endpoint``: also push over OTLP (needs ``wmobs[otlp]``; gRPC ``wmobs[otlp-grpc]``)
+      every instrument, the event distributions included: a URL such as
+      ``http://127.0.0.1:4318`` (gRPC: ``http://127.0.0.1:4317``), or ``True`` to take
+      everything from the standard ``OTEL_EXPORTER_OTLP_*`` variables (which also set
+      headers, timeout and compression). A Collector that is down or slow never reaches the
+      queries (pushes run on the SDK's thread); wmobs logs it once
+      (``wmobs.otlp_export_failed``), not at every retry.
+    - ``otlp_protocol``: ``"http/protobuf"`` (default) or ``"grpc"``; unset, the standard
+      ``OTEL_EXPORTER_OTLP_{METRICS,TRACES}_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``.
+    - ``traces``: a trace of every micro-batch (:mod:`wmobs.listener._traces`), pushed over
+      OTLP to ``otlp_endpoint`` (or the standard variables). Unset, on when the standard
+      ``OTEL_TRACES_EXPORTER`` says ``otlp`` or ``console``; ``False``: never.
+    - ``tracer_provider``: make those spans on the application's own provider instead (its
+      processors and exporters); implies ``traces``.
     - ``logger``: a structlog-style logger to log with (default: wmobs' own, which goes to
       structlog if the application configured it, else to the standard library's ``wmobs``
       logger; wmobs never configures logging).
@@ -217,16 +329,17 @@ def attach(
     tracker = Tracker(clock=clock, retention=retention)
     instruments = [Instruments(tracker, meter_provider)]
 
-    private_provider = None
-    if otlp_endpoint:
-        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from wmobs.listener._otlp import resolve_protocol
 
-        private_provider = SdkMeterProvider(
-            metric_readers=[_otlp_reader(otlp_endpoint)],
-            resource=Resource.create({SERVICE_NAME: "wmobs"}),
-        )
+    private_provider = None
+    pushes: list[Any] = []  # wmobs' own OTLP exporters (what flush() reports on)
+    if otlp_endpoint:
+        protocol = resolve_protocol(otlp_protocol, "metrics")
+        private_provider = _otlp_metrics(tracker, otlp_endpoint, protocol, logger, pushes)
         instruments.append(Instruments(tracker, private_provider))
+    tracer_provider, private_tracing = _tracing(
+        traces, tracer_provider, otlp_endpoint, otlp_protocol, logger, pushes=pushes
+    )
 
     server = None
     registry = None
@@ -243,8 +356,9 @@ def attach(
                 prometheus_addr, int(prometheus_port or 0), exposition, logger=logger
             )
         except OSError as exc:
-            if private_provider is not None:
-                private_provider.shutdown()
+            for provider in (private_provider, private_tracing):
+                if provider is not None:
+                    provider.shutdown()
             if exc.errno != errno.EADDRINUSE:
                 raise
             raise OSError(exc.errno, _port_in_use(prometheus_addr, int(prometheus_port))) from exc
@@ -258,12 +372,21 @@ def attach(
             "doing the same work twice (with two endpoints, the same series twice); reuse the "
             "first, or close it (monitor.close()) first",
         )
-    listener = WmobsListener(tracker, instruments, logger=logger, on_progress=on_progress)
+    batch_tracer = None
+    if tracer_provider is not None:
+        from wmobs.listener._traces import BatchTracer
+
+        batch_tracer = BatchTracer(tracer_provider)
+    listener = WmobsListener(
+        tracker, instruments, logger=logger, on_progress=on_progress, tracer=batch_tracer
+    )
     monitor = Monitor(
         spark,
         tracker=tracker,
         listener=listener,
         private_provider=private_provider,
+        private_tracing=private_tracing,
+        pushes=pushes,
         server=server,
         registry=registry,
         prometheus_addr=prometheus_addr if server is not None else None,
@@ -281,6 +404,7 @@ def attach(
         "wmobs.attached",
         metrics_url=monitor.metrics_url,
         otlp=bool(otlp_endpoint),
+        traces=batch_tracer is not None,
         active_queries=len(tracker.snapshots()),
     )
     return monitor

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import (
     JStreamingQueryListener,
@@ -26,6 +26,9 @@ from pyspark.sql.streaming.listener import (
 from wmobs._log import get_logger
 from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker, format_timestamp
 from wmobs.listener.metrics import Instruments
+
+if TYPE_CHECKING:
+    from wmobs.listener._traces import BatchTracer
 
 __all__ = ["WmobsListener"]
 
@@ -74,8 +77,10 @@ class WmobsListener(StreamingQueryListener):
         instruments: list[Instruments],
         logger: Any = None,
         on_progress: Callable[[QuerySnapshot, BatchSummary], None] | None = None,
+        tracer: BatchTracer | None = None,
     ) -> None:
         self._tracker = tracker
+        self._tracer = tracer
         self._instruments = instruments
         self._log = logger if logger is not None else get_logger()
         self._on_progress = on_progress
@@ -130,6 +135,8 @@ class WmobsListener(StreamingQueryListener):
                 for instruments in self._instruments:
                     instruments.record_batch_duration(summary.label, summary.duration_s)
             self._log_progress(summary)
+            if self._tracer is not None:
+                self._tracer.on_progress(progress, summary)
             if self._on_progress is not None:
                 snap = self._tracker.snapshot(str(progress["id"]))
                 if snap is not None:
@@ -190,6 +197,8 @@ class WmobsListener(StreamingQueryListener):
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         try:
             snap = self._tracker.on_terminated(str(event.id), event.exception)
+            if self._tracer is not None:
+                self._tracer.on_terminated(str(event.runId))
             if event.exception:
                 self._log.error(
                     "wmobs.query_failed",

@@ -176,6 +176,9 @@ class BatchSummary:
     event: the first micro-batch of a query run, whose sources moved but whose plan read no
     row, is one that the sink skipped when Spark ran it again after a crash between the
     sink's commit and Spark's (the JVM engine reports the first attempt's counts then)."""
+    policies: Mapping[str, PolicyCounts] = field(default_factory=dict)
+    """What each policy (label) observed in this micro-batch (its verdicts, dead letters,
+    idle-timeout firings), as the progress event carried it."""
 
 
 def _output_rows(progress: Mapping[str, Any]) -> int | None:
@@ -459,6 +462,7 @@ class Tracker:
             replayed=replayed,
             output_rows=_output_rows(progress),
             unreported=_unreported(progress, observed, rows) if first_of_run else (),
+            policies=observed.policies,
         )
 
     def on_idle(self, query_id: str) -> str | None:
