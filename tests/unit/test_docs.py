@@ -43,3 +43,26 @@ def test_the_getting_started_page_has_the_readmes_quick_start() -> None:
     found = re.search(r"<!-- quickstart:[^>]*-->\s*```python\n(.*?)```", readme, re.S)
     assert found is not None
     assert found.group(1) in (ROOT / "docs" / "getting-started.md").read_text()
+
+
+def test_the_picture_of_a_trace_is_drawn_from_its_spans() -> None:
+    """The docs build draws ``guide/micro-batch-trace.svg`` from real spans: one bar per span,
+    each where its start time puts it, children after their parent."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools" / "docs"))
+    try:
+        import trace_picture
+    finally:
+        sys.path.pop(0)
+    spans = json.loads((ROOT / "docs" / trace_picture.SPANS).read_text())
+    svg = trace_picture.render(spans)
+    names = re.findall(r'<text x="\d+" y="[\d.]+">([^<]+)</text>', svg)
+    assert sorted(names) == sorted(s["name"] for s in spans)
+    assert names[0].startswith("micro-batch ")
+    bars = [float(x) for x in re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width', svg)]
+    starts = {s["name"]: int(s["startTimeUnixNano"]) for s in spans}
+    by_start = sorted(range(len(names)), key=lambda i: starts[names[i]])
+    assert [bars[i] for i in by_start] == sorted(bars)
+    assert "wmobs.policy.events" in svg

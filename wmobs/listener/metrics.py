@@ -79,7 +79,8 @@ is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``in
   its key's; 0 if not behind): exact distributions per input, counted inside the query
   (buckets :data:`wmobs.observations.HISTOGRAMS`).
   They arrive pre-aggregated, which OpenTelemetry's API cannot record: the Prometheus endpoint
-  (and ``monitor.registry``) exports them, OTLP and injected meter providers do not.
+  (and ``monitor.registry``) exports them, and wmobs' own OTLP push adds them to each push as
+  OTLP histograms (:mod:`wmobs.listener._otlp`); an injected meter provider does not get them.
 
 Usage::
 
