@@ -99,7 +99,7 @@ class Advice:
 def distributions(
     samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float],
 ) -> list[Distribution]:
-    """The distributions in parsed samples (:func:`wmobs.testing.parse_metrics` of a scrape,
+    """The distributions in parsed samples (:func:`wmobs.listener.parse_metrics` of a scrape,
     or the same shape from Prometheus' API)."""
     found: dict[tuple[str, str, str], dict[str, float]] = {}
     counts: dict[tuple[str, str, str], float] = {}
@@ -169,7 +169,7 @@ def advise(
     "10 seconds"}}``; seconds as numbers also work), to report the fraction each drops or
     adjusts."""
     if isinstance(scrape, str):
-        from wmobs.testing import parse_metrics
+        from wmobs.listener import parse_metrics
 
         scrape = parse_metrics(scrape)
     by_input: dict[tuple[str, str], dict[str, Distribution]] = {}
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: Mapping[Any, float]
     try:
         if args.metrics_url:
-            from wmobs.testing import parse_metrics
+            from wmobs.listener import parse_metrics
 
             samples = parse_metrics(_fetch(args.metrics_url))
         else:

@@ -31,7 +31,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
 from wmobs._session import local_spark
-from wmobs.listener import Instruments, Tracker
+from wmobs.listener import Instruments, Tracker, parse_metrics
 from wmobs.observations import IDLE_TICK
 
 __all__ = [
@@ -167,21 +167,6 @@ def state_operator(
         "numShufflePartitions": 2,
         "numStateStoreInstances": 2,
         "customMetrics": {},
-    }
-
-
-def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """A Prometheus text exposition (a ``/metrics`` scrape) as ``{(name, labels): value}``.
-
-    ``labels`` is a sorted tuple of ``(label, value)`` pairs, e.g.
-    ``samples[("wmobs_query_active", (("query", "q"),))]``.
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
     }
 
 

@@ -12,6 +12,7 @@ and 4.x). Importing this package does not import PySpark.
 
 from __future__ import annotations
 
+from wmobs.listener._exposition import parse_metrics
 from wmobs.listener._monitor import Monitor, attach
 from wmobs.listener._tracker import (
     BatchSummary,
@@ -34,5 +35,6 @@ __all__ = [
     "Tracker",
     "attach",
     "format_timestamp",
+    "parse_metrics",
     "parse_timestamp",
 ]

@@ -27,7 +27,7 @@ from wmobs.listener._tracker import BATCH_DURATION_BUCKETS, QuerySnapshot, Track
 from wmobs.listener.metrics import BATCH_DURATION_HELP, EVENT_HISTOGRAMS, OBSERVABLES
 from wmobs.observations import HISTOGRAMS
 
-__all__ = ["CONTENT_TYPE", "Exposition", "MetricsServer"]
+__all__ = ["CONTENT_TYPE", "Exposition", "MetricsServer", "parse_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _HISTOGRAM = "wmobs_batch_duration_seconds"
@@ -178,3 +178,18 @@ class MetricsServer(ThreadingHTTPServer):
             self._log.debug("wmobs.scrape_abandoned", client=client_address[0], error=repr(error))
         else:
             self._log.warning("wmobs.scrape_failed", client=client_address[0], exc_info=True)
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A Prometheus text exposition (a ``/metrics`` scrape) as ``{(name, labels): value}``.
+
+    ``labels`` is a sorted tuple of ``(label, value)`` pairs, e.g.
+    ``samples[("wmobs_query_active", (("query", "q"),))]``.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
