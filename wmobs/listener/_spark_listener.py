@@ -32,6 +32,13 @@ if TYPE_CHECKING:
 
 __all__ = ["WmobsListener"]
 
+REAL_TIME_MODE_ERRORS = "STREAMING_REAL_TIME_MODE"
+REAL_TIME_MODE_HINT = (
+    "Spark refused this query in real-time mode; if it applies a wmobs TimePolicy, real-time "
+    "mode runs policies on the JVM engine only (engine='jvm', with wmobs' Spark extension: "
+    "wmobs.configure_spark), global ones: no substream_by, no idle_timeout"
+)
+
 
 def progress_dict(progress: Any) -> Mapping[str, Any]:
     """A ``StreamingQueryProgress`` (or its JSON, or a dict) as the parsed JSON dict.
@@ -200,12 +207,16 @@ class WmobsListener(StreamingQueryListener):
             if self._tracer is not None:
                 self._tracer.on_terminated(str(event.runId))
             if event.exception:
+                hint = {}
+                if str(event.errorClassOnException or "").startswith(REAL_TIME_MODE_ERRORS):
+                    hint["hint"] = REAL_TIME_MODE_HINT
                 self._log.error(
                     "wmobs.query_failed",
                     query=snap.label,
                     run_id=str(event.runId),
                     error_class=event.errorClassOnException,
                     exception=event.exception.splitlines()[0],
+                    **hint,
                 )
             else:
                 self._log.info("wmobs.query_stopped", query=snap.label, run_id=str(event.runId))

@@ -31,10 +31,12 @@ import org.apache.spark.util.SerializableConfiguration;
  * watermark null before the first one; {@code checkpoint}: the query's checkpoint location, or
  * "" to find a named query's). wmobs' global time policy judges every row against them.
  *
- * <p>Spark writes both into the query's checkpoint ({@code offsets/<batchId>}) before the
- * micro-batch runs, and gives every task of the micro-batch its id as a local property. Each
- * task reads them once (each executor once per micro-batch, through a small cache) with the
- * session's Hadoop configuration, the one Spark wrote the checkpoint with. This replaces a
+ * <p>Spark fixes both before it plans the micro-batch; the extension's {@link QueryCheckpoint}
+ * rule gives them to every task as local properties (in real-time mode the only way: Spark
+ * writes them to the checkpoint only when the real-time batch ends). Where those are missing,
+ * they come from the query's checkpoint ({@code offsets/<batchId>}), which Spark writes before
+ * a micro-batch runs: each task reads them once (each executor once per micro-batch, through a
+ * small cache) with the session's Hadoop configuration, the one Spark wrote the checkpoint with. This replaces a
  * one-row Python data source broadcast into the plan, which cost a Spark job of its own per
  * micro-batch. Mirrors {@code wmobs/policy/_checkpoint.py}, the Python engine's reader.
  *
@@ -109,8 +111,12 @@ public final class BatchTimes implements Serializable {
       throw new IllegalStateException(
           "wmobs: the batch watermark is only known inside a streaming micro-batch");
     }
-    String base = checkpoint.in(task);
     String queryId = task.getLocalProperty("sql.streaming.queryId");
+    long[] told = told(task, batch, queryId);
+    if (told != null) {
+      return told;
+    }
+    String base = checkpoint.in(task);
     String key = base + "\n" + batch + "\n" + queryId; // checked once per key
     long[] times = READ.get(key);
     if (times == null) {
@@ -121,6 +127,25 @@ public final class BatchTimes implements Serializable {
       READ.put(key, times);
     }
     return times;
+  }
+
+  /**
+   * The micro-batch's {watermark, timestamp} as the extension's {@link QueryCheckpoint} rule
+   * told the tasks when Spark planned it, if it told them for this query's micro-batch.
+   */
+  static long[] told(TaskContext task, String batch, String queryId) {
+    String timestamp = task.getLocalProperty(QueryCheckpoint.TIMESTAMP);
+    if (timestamp == null
+        || queryId == null
+        || !batch.equals(task.getLocalProperty(QueryCheckpoint.BATCH))
+        || !queryId.equals(task.getLocalProperty(QueryCheckpoint.BATCH_QUERY))) {
+      return null;
+    }
+    String watermark = task.getLocalProperty(QueryCheckpoint.WATERMARK);
+    return new long[] {
+      watermark == null || watermark.isEmpty() ? Long.MIN_VALUE : Long.parseLong(watermark),
+      Long.parseLong(timestamp)
+    };
   }
 
   private static long[] read(String base, long batch, String queryId, Configuration hadoop)

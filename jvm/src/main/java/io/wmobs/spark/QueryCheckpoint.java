@@ -16,10 +16,25 @@ import org.apache.spark.sql.catalyst.rules.Rule;
  * Hadoop.Checkpoint}): a query with its own {@code checkpointLocation} that is not below the
  * session's root, one started by Spark Declarative Pipelines under the pipeline's storage, a
  * policy from SQL. Looked up once per query and thread.
+ *
+ * <p>It also tells the tasks the micro-batch's watermark and time ({@link #WATERMARK}, {@link
+ * #TIMESTAMP}, with {@link #BATCH} naming the micro-batch): Spark fixes both ({@code
+ * StreamExecution.offsetSeqMetadata}) before it plans the micro-batch, and writes them to the
+ * offsets log, which {@link BatchTimes} reads where these are missing. In real-time mode (Spark
+ * 4.1+) the offsets log is written only when the real-time batch ends, so there these are the
+ * only way; elsewhere they save every executor a read of the checkpoint per micro-batch.
  */
 public final class QueryCheckpoint extends Rule<LogicalPlan> {
   static final String ROOT = "wmobs.checkpoint.root";
   static final String QUERY = "wmobs.checkpoint.query";
+  /** The micro-batch whose watermark and time {@link #WATERMARK} and {@link #TIMESTAMP} are. */
+  static final String BATCH = "wmobs.batch.id";
+  /** The query whose micro-batch {@link #BATCH} is. */
+  static final String BATCH_QUERY = "wmobs.batch.query";
+  /** The running micro-batch's watermark, ms ("" before the first one). */
+  static final String WATERMARK = "wmobs.batch.watermarkMs";
+  /** The running micro-batch's time, ms. */
+  static final String TIMESTAMP = "wmobs.batch.timestampMs";
 
   private final SparkSession spark;
 
@@ -29,28 +44,64 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
 
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
+    String refused = null;
     try {
-      tell(spark.sparkContext());
+      refused = tell(spark.sparkContext(), plan);
     } catch (RuntimeException | ReflectiveOperationException e) {
       // A query whose checkpoint is not found here is told to pass it (Hadoop.HINT).
+    }
+    if (refused != null) {
+      throw new IllegalStateException(refused);
     }
     return plan;
   }
 
-  private void tell(SparkContext context) throws ReflectiveOperationException {
+  /** What stops the query (a time policy that real-time mode cannot run), or null. */
+  private String tell(SparkContext context, LogicalPlan plan) throws ReflectiveOperationException {
     String id = context.getLocalProperty("sql.streaming.queryId");
-    if (id == null || id.equals(context.getLocalProperty(QUERY))) {
-      return;
+    if (id == null) {
+      return null;
+    }
+    String batch = context.getLocalProperty("streaming.sql.batchId");
+    boolean checkpointKnown = id.equals(context.getLocalProperty(QUERY));
+    // Once per micro-batch: Spark sets its id before it plans it, after it fixed its times.
+    boolean timesKnown =
+        batch == null
+            || (batch.equals(context.getLocalProperty(BATCH))
+                && id.equals(context.getLocalProperty(BATCH_QUERY)));
+    if (checkpointKnown && timesKnown) {
+      return null;
     }
     Object execution = execution(id);
     if (execution == null) {
-      return;
+      return null;
     }
-    Object root = execution.getClass().getMethod("resolvedCheckpointRoot").invoke(execution);
-    if (root instanceof String found && !found.isEmpty()) {
-      context.setLocalProperty(ROOT, found);
-      context.setLocalProperty(QUERY, id);
+    String refused = null;
+    if (!timesKnown) {
+      tellTimes(context, execution, id, batch);
+      refused = RealTimeMode.refused(execution, plan);
     }
+    if (!checkpointKnown) {
+      Object root = execution.getClass().getMethod("resolvedCheckpointRoot").invoke(execution);
+      if (root instanceof String found && !found.isEmpty()) {
+        context.setLocalProperty(ROOT, found);
+        context.setLocalProperty(QUERY, id);
+      }
+    }
+    return refused;
+  }
+
+  /** The micro-batch's watermark and time, from where Spark fixed them before planning it. */
+  private static void tellTimes(SparkContext context, Object execution, String id, String batch)
+      throws ReflectiveOperationException {
+    Object metadata = execution.getClass().getMethod("offsetSeqMetadata").invoke(execution);
+    Class<?> type = metadata.getClass();
+    long watermark = ((Number) type.getMethod("batchWatermarkMs").invoke(metadata)).longValue();
+    long timestamp = ((Number) type.getMethod("batchTimestampMs").invoke(metadata)).longValue();
+    context.setLocalProperty(WATERMARK, watermark > 0 ? Long.toString(watermark) : "");
+    context.setLocalProperty(TIMESTAMP, Long.toString(timestamp));
+    context.setLocalProperty(BATCH, batch);
+    context.setLocalProperty(BATCH_QUERY, id);
   }
 
   /**
