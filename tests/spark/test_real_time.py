@@ -127,26 +127,33 @@ def test_the_worked_example_in_real_time_batches(
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        ({"substream_by": ["deviceId"], "engine": "jvm"}, "has substream_by"),
-        ({"engine": "python"}, "runs on the Python engine"),
+        ({"engine": "python"}, "wmobs TimePolicy in real-time mode (trigger(realTime=...)): this "
+         "query's policy runs on the Python engine"),
+        ({"substream_by": ["deviceId"], "engine": "jvm"},
+         "flatMapGroupsWithState in append mode is not supported with Update output mode"),
+        ({"idle_timeout": "1 second", "engine": "jvm"},
+         "input stream io.wmobs.spark.IdleHeartbeat$Stream is not supported in Real-time Mode"),
     ],
-    ids=["substreams", "python-engine"],
-)
-def test_what_real_time_mode_cannot_run_is_refused_naming_it(
+    ids=["python-engine", "substreams", "idle-timeout"],
+)  # fmt: skip
+def test_what_real_time_mode_cannot_run_is_refused_as_the_query_starts(
     spark: Any, kafka: Any, tmp_path: Path, options: dict[str, Any], says: str
 ) -> None:
+    """The Python engine: wmobs' error, as the first real-time batch is planned. Substreams
+    (``flatMapGroupsWithState``, which real-time mode does not run) and the idle timeout (a
+    source of its own, which real-time mode does not read): Spark's own errors, at ``start()``
+    or as the query starts, before any batch runs."""
     source = topic(kafka, f"rt-refused-{tmp_path.name}", partitions=1)
     policy = TimePolicy(**WORKED, name="rt_refused", **options)
-    query = _start(
-        policy.apply(read(spark, kafka, source), checkpoint_location=str(tmp_path / "ckpt")),
-        kafka,
-        source + "-out",
-        tmp_path / "ckpt",
-    )
+    judged = policy.apply(read(spark, kafka, source), checkpoint_location=str(tmp_path / "ckpt"))
     try:
-        wait_until(lambda: not query.isActive, timeout=60, what="the query to stop")
-    finally:
-        query.stop()
-    error = str(query.exception())
-    assert "wmobs TimePolicy in real-time mode" in error
+        query = _start(judged, kafka, source + "-out", tmp_path / "ckpt")
+    except Exception as refused:  # Spark's checks at start()
+        error = str(refused)
+    else:
+        try:
+            wait_until(lambda: not query.isActive, timeout=60, what="the query to stop")
+        finally:
+            query.stop()
+        error = str(query.exception())
     assert says in error

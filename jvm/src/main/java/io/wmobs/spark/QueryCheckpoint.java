@@ -94,7 +94,17 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
   /** The micro-batch's watermark and time, from where Spark fixed them before planning it. */
   private static void tellTimes(SparkContext context, Object execution, String id, String batch)
       throws ReflectiveOperationException {
-    Object metadata = execution.getClass().getMethod("offsetSeqMetadata").invoke(execution);
+    Object metadata;
+    try { // Spark 4: the execution context of the micro-batch being planned
+      Object context_ = execution.getClass().getMethod("getLatestExecutionContext").invoke(execution);
+      Object planned = context_.getClass().getMethod("batchId").invoke(context_);
+      if (!batch.equals(String.valueOf(planned))) {
+        return; // not the one planned now: the tasks read the offsets log
+      }
+      metadata = context_.getClass().getMethod("offsetSeqMetadata").invoke(context_);
+    } catch (NoSuchMethodException e) { // Spark 3.5: the query's own
+      metadata = execution.getClass().getMethod("offsetSeqMetadata").invoke(execution);
+    }
     Class<?> type = metadata.getClass();
     long watermark = ((Number) type.getMethod("batchWatermarkMs").invoke(metadata)).longValue();
     long timestamp = ((Number) type.getMethod("batchTimestampMs").invoke(metadata)).longValue();
