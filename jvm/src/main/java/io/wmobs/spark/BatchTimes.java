@@ -10,6 +10,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.NoSuchFileException;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
@@ -114,6 +115,9 @@ public final class BatchTimes implements Serializable {
     String queryId = task.getLocalProperty("sql.streaming.queryId");
     long[] told = told(task, batch, queryId);
     if (told != null) {
+      if (!checkpoint.configured().isEmpty()) {
+        ownedBy(checkpoint.configured(), queryId, hadoop); // what it keeps there is the query's
+      }
       return told;
     }
     String base = checkpoint.in(task);
@@ -148,16 +152,40 @@ public final class BatchTimes implements Serializable {
     };
   }
 
+  /** (checkpoint, query id) pairs this executor checked: a query's checkpoint stays its own. */
+  private static final Set<String> OWNED = ConcurrentHashMap.newKeySet();
+
+  /**
+   * Fails unless the checkpoint at {@code base} is query {@code queryId}'s (its {@code metadata}
+   * file names it), read once per executor and query: a {@code checkpoint_location} that names
+   * another query's checkpoint fails the first micro-batch rather than mix the two queries'
+   * kept counts and dead letters.
+   */
+  static void ownedBy(String base, String queryId, Configuration hadoop) throws IOException {
+    String key = base + "\n" + queryId;
+    if (queryId == null || OWNED.contains(key)) {
+      return;
+    }
+    String id;
+    try {
+      id = JSON.readTree(readText(base + "/metadata", hadoop)).path("id").asText(null);
+    } catch (IOException e) {
+      throw new IOException(
+          "wmobs TimePolicy could not read the checkpoint '" + base + "' (" + e + "). "
+              + Hadoop.HINT,
+          e);
+    }
+    if (!queryId.equals(id)) {
+      throw new IllegalStateException(
+          base + " is the checkpoint of query " + id + ", not of " + queryId);
+    }
+    OWNED.add(key);
+  }
+
   private static long[] read(String base, long batch, String queryId, Configuration hadoop)
       throws IOException {
+    ownedBy(base, queryId, hadoop);
     try {
-      if (queryId != null) {
-        String id = JSON.readTree(readText(base + "/metadata", hadoop)).path("id").asText(null);
-        if (!queryId.equals(id)) {
-          throw new IllegalStateException(
-              base + " is the checkpoint of query " + id + ", not of " + queryId);
-        }
-      }
       String offsets;
       try {
         offsets = readText(base + "/offsets/" + batch, hadoop);
