@@ -152,7 +152,7 @@ def _join_batch_times(ctx: Context, df: DataFrame) -> DataFrame:
     every micro-batch, 23-42 ms of a small one; the JVM engine reads them in every task)."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy._watermark_source import SOURCE_NAME, WatermarkSource
+    from wmobs.policy._python._watermark_source import SOURCE_NAME, WatermarkSource
 
     spark = df.sparkSession
     spark.dataSource.register(WatermarkSource)

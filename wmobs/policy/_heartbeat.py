@@ -4,23 +4,27 @@ substreams on the Python engine one wake-up row per key bucket, and the per-key 
 (on the JVM engine Spark's timeouts do, and the heartbeat only guards the trigger:
 :func:`refusing_available_now`). The JVM engine's heartbeat is a streaming source of wmobs'
 extension (``IdleHeartbeat.java``), the Python engine's a Python data source
-(:mod:`wmobs.policy._idle_source`): the same offsets and rows."""
+(:mod:`wmobs.policy._python._idle_source`): the same offsets and rows."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from wmobs.policy._context import Context
-from wmobs.policy._idle import HEARTBEAT, REAL, default_check_interval_ms
-from wmobs.policy._verdicts import IDLE, KEY, TS
+from wmobs.policy._verdicts import HEARTBEAT, IDLE, KEY, REAL, TS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["JVM_SOURCE", "refusing_available_now", "with_heartbeat"]
+__all__ = ["JVM_SOURCE", "default_check_interval_ms", "refusing_available_now", "with_heartbeat"]
 
 JVM_SOURCE = "io.wmobs.spark.IdleHeartbeat"
+
+
+def default_check_interval_ms(timeout_ms: int) -> int:
+    """How often the heartbeat looks: a quarter of the timeout, within [100 ms, 5 s]."""
+    return int(min(max(timeout_ms // 4, 100), 5_000))
 
 
 def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataFrame:
@@ -42,14 +46,14 @@ def refusing_available_now(ctx: Context, df: DataFrame) -> DataFrame:
 def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from wmobs.policy._substream_state import BUCKETS
+    from wmobs.policy._python._substream_state import BUCKETS
 
     tolerances = ctx.tolerances
     spark = like.sparkSession
     if ctx.engine.jvm:
         source = JVM_SOURCE
     else:
-        from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
+        from wmobs.policy._python._idle_source import SOURCE_NAME, IdleHeartbeatSource
 
         spark.dataSource.register(IdleHeartbeatSource)
         source = SOURCE_NAME

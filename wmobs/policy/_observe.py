@@ -27,7 +27,6 @@ from wmobs.observations import (
 )
 from wmobs.policy._arrival import event_micros
 from wmobs.policy._context import Context
-from wmobs.policy._idle import REAL
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BUCKETS,
@@ -41,6 +40,7 @@ from wmobs.policy._verdicts import (
     LATENESS_BUCKET,
     QUEUE,
     QUEUE_BUCKET,
+    REAL,
     SLOWEST,
     TS,
     VERDICT,

@@ -74,7 +74,7 @@ def out_of_order_against_watermark(ctx: Context, df: DataFrame) -> DataFrame:
 def _spec(ctx: Context) -> dict[str, Any]:
     """The Python engine's per-key judge's settings (the JVM engine's are
     :func:`_jvm_substreams`')."""
-    from wmobs.policy._substream_state import BUCKETS, state_directory
+    from wmobs.policy._python._substream_state import BUCKETS, state_directory
 
     drop = ctx.out_of_order_action == "drop"
     ttl_us, idle_us = ctx.tolerances.substream_ttl_us, ctx.tolerances.idle_timeout_us
@@ -96,8 +96,9 @@ def _jvm_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Data
     from pyspark.sql import functions as F
 
     from wmobs.policy import _jvm
-    from wmobs.policy._idle import REAL, default_check_interval_ms
-    from wmobs.policy._substream_state import state_directory
+    from wmobs.policy._heartbeat import default_check_interval_ms
+    from wmobs.policy._python._substream_state import state_directory
+    from wmobs.policy._verdicts import REAL
 
     tolerances = ctx.tolerances
     ttl_us, idle_us = tolerances.substream_ttl_us, tolerances.idle_timeout_us
@@ -154,7 +155,7 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     appended = [LATENESS, SLOWEST, FASTEST]
     if ctx.engine.jvm:
         return _jvm_substreams(ctx, keyed, appended)
-    from wmobs.policy._substream_state import BUCKETS, state_directory
+    from wmobs.policy._python._substream_state import BUCKETS, state_directory
 
     if not ctx.named:
         from wmobs._log import get_logger
@@ -175,8 +176,8 @@ def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     spec = _spec(ctx)
     nothing = F.lit(None).cast("long")  # filled by the judge
     staged = staged.withColumns({c: nothing for c in appended})
-    from wmobs.policy._substream_judge import SubstreamConfig
-    from wmobs.policy._substream_stage import Columns, substream_stage
+    from wmobs.policy._python._substream_judge import SubstreamConfig
+    from wmobs.policy._python._substream_stage import Columns, substream_stage
 
     config = SubstreamConfig(
         tolerance_us=spec["tolerance_us"],

@@ -18,10 +18,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wmobs.policy._context import Context
-from wmobs.policy._idle import REAL
 from wmobs.policy._observe import observations
 from wmobs.policy._ordering import global_out_of_order, substream_out_of_order
-from wmobs.policy._verdicts import DROP_POLICIES, DROPPED_BITS, IDLE, TS, VERDICT
+from wmobs.policy._verdicts import DROP_POLICIES, DROPPED_BITS, IDLE, REAL, TS, VERDICT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -40,7 +40,7 @@ The choice is made once per ``apply``, logged at info and exported as
 
 ``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
 clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
-rows that carry it (:mod:`wmobs.policy._idle`); each idle period is one firing, observed as
+rows that carry it (:mod:`wmobs.policy._python._idle`); each idle period is one firing, observed as
 ``idle_timeout_firings``.
 
 Substreams partition the rows by key bucket and judge each partition in one task (wmobs' JVM
@@ -144,7 +144,7 @@ class TimePolicy:
     """Close the windows of a quiet stream: once the stream (with ``substream_by``: a key) has
     had no input for this long (processing time), its clock runs on with processing time, so
     Spark's watermark advances and a downstream window aggregation emits without new rows.
-    ``None`` (the default) is off. See :mod:`wmobs.policy._idle` for the exact rule."""
+    ``None`` (the default) is off. See :mod:`wmobs.policy._python._idle` for the exact rule."""
     idle_check_interval: str | timedelta | None = None
     """How often the idle timeout looks (default: a quarter of ``idle_timeout``, within
     100 ms..5 s). Windows close at most this much later than the rule says."""

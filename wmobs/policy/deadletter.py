@@ -49,9 +49,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from wmobs.policy._checkpoint import task_batch_id, task_query_id
 from wmobs.policy._deadletter_plan import text_kind
 from wmobs.policy._storage import Storage
+from wmobs.policy._task import task_batch_id, task_query_id
 
 __all__ = [
     "BATCH_COLUMN",
