@@ -24,7 +24,7 @@ from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
 from wmobs.listener._observed import observation_columns, parse_observed_metrics
 from wmobs.observations import HISTOGRAMS
-from wmobs.policy import _jvm
+from wmobs.policy._jvm import _extension
 from wmobs.policy._observe import histogram_index, joint_histogram_counts
 from wmobs.testing import iso
 
@@ -903,7 +903,7 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
         }
         nothing = F.lit(None).cast("long")
         arguments = [F.lit(0).cast("long"), nothing, nothing, F.lit(-1).cast("long"), *values]
-        counts = [_jvm.observation(spec, *arguments).alias("columns")]
+        counts = [_extension.observation(spec, *arguments).alias("columns")]
     else:
         indexes = [histogram_index(h, v, valid) for h, v in zip(names, values, strict=True)]
         df = df.withColumn("index", joint_histogram_index(names, indexes))
@@ -987,7 +987,8 @@ def test_both_engines_stateless_rules_agree_row_by_row(spark: Any, codegen: bool
         ).select("id", *fields)
         spec = _rules_spec(ctx, out_of_order=True)
         jvm = df.select(
-            "id", *[_jvm.judge({**spec, "field": f}, *times).alias(c) for c, f in fields.items()]
+            "id",
+            *[_extension.judge({**spec, "field": f}, *times).alias(c) for c, f in fields.items()],
         )
         with contextlib.nullcontext() if codegen else without_codegen(spark):
             got = sorted(tuple(r) for r in jvm.collect())

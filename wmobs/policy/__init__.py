@@ -20,8 +20,8 @@ its heartbeat (``_idle``, ``_idle_source``); storage beside Spark (``_storage``)
 from __future__ import annotations
 
 from wmobs.policy._engine import EngineError
-from wmobs.policy._jvm import EXTENSIONS, JarError, jar, submit_args
-from wmobs.policy._jvm import configure as configure_spark
+from wmobs.policy._jvm._extension import EXTENSIONS, JarError, jar, submit_args
+from wmobs.policy._jvm._extension import configure as configure_spark
 from wmobs.policy._observe import histogram_counts
 from wmobs.policy._plan import SYSTEM_TIMESTAMP
 from wmobs.policy._storage import Storage, StorageError

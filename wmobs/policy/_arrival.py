@@ -82,7 +82,7 @@ def judge_jvm(ctx: Context, df: DataFrame, *, out_of_order: bool) -> DataFrame:
     none) for the per-key judge."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy import _jvm
+    from wmobs.policy._jvm import _extension
 
     checkpoint = ctx.checkpoint or ""
     no_time = F.lit(None).cast("long")
@@ -90,14 +90,18 @@ def judge_jvm(ctx: Context, df: DataFrame, *, out_of_order: bool) -> DataFrame:
         *[F.col(f"`{c}`") for c in df.columns],
         event_micros(ctx, df).alias(EVENT),
         _arrival_micros(ctx).alias(ARRIVAL),
-        (_jvm.batch_time(checkpoint, watermark=True) if out_of_order else no_time).alias(WATERMARK),
-        _jvm.batch_time(checkpoint, watermark=False).alias(BATCH_TIME),
+        (_extension.batch_time(checkpoint, watermark=True) if out_of_order else no_time).alias(
+            WATERMARK
+        ),
+        _extension.batch_time(checkpoint, watermark=False).alias(BATCH_TIME),
     )
     times = [F.col(EVENT), F.col(ARRIVAL), F.col(WATERMARK), F.col(BATCH_TIME)]
     spec = _rules_spec(ctx, out_of_order)
     fields = {TS: "system", VERDICT: "verdict", DELAY: "delay", QUEUE: "queue"}
     fields |= {LATENESS: "lateness"} if out_of_order else {ARRIVAL: "arrival"}
-    judged = {column: _jvm.judge({**spec, "field": f}, *times) for column, f in fields.items()}
+    judged = {
+        column: _extension.judge({**spec, "field": f}, *times) for column, f in fields.items()
+    }
     out = replace(staged, judged).drop(WATERMARK, BATCH_TIME)
     return out.drop(ARRIVAL) if out_of_order else out
 

@@ -1,8 +1,8 @@
 """Which engine runs a time policy: decided here, once per ``TimePolicy.apply``, logged once at
 info with its reason, and exported as ``wmobs_policy_info{query, policy, engine, dead_letters}``.
 
-- ``jvm``: wmobs' Spark extension (:mod:`wmobs.policy._jvm`). The batch's times are read in
-  the tasks, substreams are judged by a Catalyst generator, everything observed is one
+- ``jvm``: wmobs' Spark extension (:mod:`wmobs.policy._jvm._extension`). The batch's times are
+  read in the tasks, substreams are judged by a Catalyst generator, everything observed is one
   aggregate, dead letters are written by the JVM: no row crosses into Python.
 - ``python``: Python data sources, ``mapInArrow`` and Spark's own aggregates, for sessions that
   cannot load the extension (a Spark Connect server without it, platforms that forbid JARs).
@@ -54,7 +54,7 @@ def _spark_major(spark: Any) -> int:
 
 def _setting(spark: Any) -> str:
     """The one setting that gives a session the JVM engine."""
-    from wmobs.policy._jvm import EXTENSIONS, JarError, jar
+    from wmobs.policy._jvm._extension import EXTENSIONS, JarError, jar
 
     try:
         path = str(jar(spark.version))
@@ -69,7 +69,7 @@ def _setting(spark: Any) -> str:
 def _jvm(spark: Any) -> tuple[Engine | None, str]:
     """The JVM engine if ``spark`` has it or can be given it; else None and why not."""
     from wmobs._spark import is_connect
-    from wmobs.policy._jvm import JarError, extension_version, load
+    from wmobs.policy._jvm._extension import JarError, extension_version, load
 
     found = extension_version(spark)
     if found is None and not is_connect(spark):

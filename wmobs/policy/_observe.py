@@ -161,7 +161,7 @@ def _jvm_observation(
     by row."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy import _jvm
+    from wmobs.policy._jvm import _extension
 
     spec = {
         "counts": _counted(ctx),
@@ -198,7 +198,7 @@ def _jvm_observation(
         *([F.col(QUEUE)] if _queueing(ctx) else []),
         *([F.col(SLOWEST), F.col(FASTEST)] if ctx.substream_by is not None else []),
     ]
-    return staged, _jvm.observation(spec, *arguments).alias(STRUCT_COLUMN)
+    return staged, _extension.observation(spec, *arguments).alias(STRUCT_COLUMN)
 
 
 def _distributions(staged: DataFrame, idle: bool, queueing: bool) -> tuple[DataFrame, list[Column]]:

@@ -95,8 +95,8 @@ def _jvm_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Data
     """The JVM engine's per-key judge, in Spark's state store (``Substreams.java``)."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy import _jvm
     from wmobs.policy._heartbeat import default_check_interval_ms
+    from wmobs.policy._jvm import _extension
     from wmobs.policy._python._substream_state import state_directory
     from wmobs.policy._verdicts import REAL
 
@@ -137,7 +137,7 @@ def _jvm_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Data
         "checkpoint": ctx.checkpoint or "",
         "files": state_directory(ctx.name).rsplit("/", 1)[0],
     }
-    judged: DataFrame = _jvm.substreams(staged, spec)
+    judged: DataFrame = _extension.substreams(staged, spec)
     return judged
 
 

@@ -265,13 +265,13 @@ def dead_letter_writer(
     Spark type that Parquet takes, nested ones included. No row crosses into Python."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy import _jvm
+    from wmobs.policy._jvm import _extension
 
     assert sink.directory is not None
     rename = rename or {}
     spec = {"directory": sink.directory, "rules": [list(p) for p in rule_bits], "policy": policy}
     row = F.struct(*[F.col(f"`{c}`").alias(rename.get(c, c)) for c in columns])
-    return _jvm.dead_letters(spec, row, F.col(verdict_column).cast("long"))
+    return _extension.dead_letters(spec, row, F.col(verdict_column).cast("long"))
 
 
 # ---- the plan where kept rows stay in the JVM ---------------------------------------------

@@ -62,7 +62,7 @@ EXTENSIONS = "io.wmobs.spark.WmobsExtensions"
 LINES: dict[str, str] = {"3.5": "2.12", "4.0": "2.13", "4.1": "2.13", "4.2": "2.13", "4.3": "2.13"}
 """The Spark lines wmobs' JAR is built for, and each one's Scala version."""
 VERSION_FUNCTION = "wmobs_version"
-_HOME = Path(__file__).resolve().parent.parent / "_jars"
+_HOME = Path(__file__).resolve().parents[2] / "_jars"
 _LOADED = threading.Lock()
 
 
