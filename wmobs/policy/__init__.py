@@ -19,6 +19,7 @@ its heartbeat (``_idle``, ``_idle_source``); storage beside Spark (``_storage``)
 
 from __future__ import annotations
 
+from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
 from wmobs.policy._engine import EngineError
 from wmobs.policy._jvm._extension import EXTENSIONS, JarError, jar, submit_args
 from wmobs.policy._jvm._extension import configure as configure_spark
@@ -26,7 +27,6 @@ from wmobs.policy._observe import histogram_counts
 from wmobs.policy._plan import SYSTEM_TIMESTAMP
 from wmobs.policy._storage import Storage, StorageError
 from wmobs.policy._time_policy import TimePolicy
-from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
 
 JarBuildError = JarError
 """The name :class:`JarError` had while the JAR was compiled at run time."""

@@ -38,7 +38,7 @@ class Context:
     storage: Storage
     engine: Engine
     dead_letters: DeadLetterPlan = NOT_KEPT
-    """How dropped rows are kept (:func:`wmobs.policy.deadletter.choose_plan`)."""
+    """How dropped rows are kept (:func:`wmobs.policy._deadletter_plan.choose_plan`)."""
     renamed: dict[str, str] = field(default_factory=dict)
     """Input columns with a ``.`` in their name -> their name inside the plan."""
     relative_to: str = ""

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from wmobs.policy._deadletter import DeadLetter
     from wmobs.policy._time_policy import TimePolicy
-    from wmobs.policy.deadletter import DeadLetter
 
 __all__ = ["pipeline_flow", "planned_by_name"]
 

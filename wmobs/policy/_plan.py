@@ -14,19 +14,18 @@ Validation and the engine's choice happen before any of this, in ``TimePolicy.ap
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from wmobs.policy._context import Context
 from wmobs.policy._observe import observations
 from wmobs.policy._ordering import global_out_of_order, substream_out_of_order
-from wmobs.policy._verdicts import DROP_POLICIES, DROPPED_BITS, IDLE, REAL, TS, VERDICT
+from wmobs.policy._verdicts import DROPPED_BITS, IDLE, REAL, TS, VERDICT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    from wmobs.policy.deadletter import DeadLetter
+    from wmobs.policy._deadletter import DeadLetter
 
 __all__ = ["SYSTEM_TIMESTAMP", "build", "dotted_names"]
 
@@ -68,67 +67,16 @@ def _dead_letters(
 ) -> DataFrame:
     """The kept rows of ``observed``; the dropped ones, with the input columns of ``schema``,
     handed to ``sink`` in the same tasks, by the plan ``apply`` chose
-    (:func:`wmobs.policy.deadletter.choose_plan`): ``jvm``, a Parquet directory written by
-    Spark's Parquet writer in the JVM (``dead_letter_writer``); ``python_dropped``, the
-    dropped rows handed to Python, kept rows staying in the JVM (``dead_letter_filter``);
-    ``python_all``, every row through Python (``dead_letter_stage``)."""
-    from pyspark.sql import functions as F
+    (:func:`wmobs.policy._deadletter_plan.choose_plan`): ``jvm``, a Parquet directory written by
+    Spark's Parquet writer in the JVM; ``python_dropped`` and ``python_all``, written by
+    Python (:mod:`wmobs.policy.deadletter`)."""
+    if ctx.dead_letters.name == "jvm":
+        from wmobs.policy._jvm._deadletters import write_dead_letters
 
-    from wmobs.policy.deadletter import dead_letter_filter, dead_letter_stage, dead_letter_writer
+        return write_dead_letters(ctx, observed, sink, schema)
+    from wmobs.policy._deadletter_handover import hand_over
 
-    original = {inside: name for name, inside in ctx.renamed.items()}
-    plan = ctx.dead_letters.name
-    if plan == "jvm":
-        write = dead_letter_writer(
-            sink, schema.names, VERDICT, DROP_POLICIES, policy=ctx.name, rename=original
-        )
-        is_dropped = F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS)) != 0
-        keep = F.when(is_dropped, write).otherwise(F.lit(True))
-        return _checked_by_hadoop(lambda: observed.filter(keep))
-    timezone = _session_conf(observed, "spark.sql.session.timeZone") or "UTC"
-    large = _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""
-    large_types = large.lower() == "true"
-    bits = (VERDICT, DROPPED_BITS, DROP_POLICIES)
-    options: dict[str, Any] = {
-        "policy": ctx.name,
-        "timezone": timezone,
-        "large_types": large_types,
-        "rename": original,
-    }
-    if plan == "python_dropped":
-        handed = dead_letter_filter(sink, schema, *bits, **options)
-        assert handed is not None, "choose_plan chose python_dropped where it does not apply"
-        return observed.filter(handed)
-    columns = schema.names
-    passed = [*columns, TS, VERDICT, *([IDLE] if ctx.idle else [])]  # only what is needed
-    observed = observed.select(*[F.col(f"`{c}`") for c in passed])
-    stage = dead_letter_stage(
-        sink, columns, VERDICT, DROPPED_BITS, DROP_POLICIES, policy=ctx.name, rename=original
-    )
-    return observed.mapInArrow(stage, observed.schema)
-
-
-def _checked_by_hadoop(plan: Callable[[], DataFrame]) -> DataFrame:
-    """``plan()``, where wmobs' JVM checks on the driver that Hadoop reaches the dead letters'
-    directory (``DeadLetterWriter.reachable``) and that Spark's Parquet writer takes every
-    column: its errors as the Python engine's, a :class:`~wmobs.StorageError` naming
-    ``dead_letter``, or a ``TypeError`` naming the columns (a classic session analyses the plan
-    here; over Spark Connect the check's error comes when the query starts)."""
-    from wmobs.policy._storage import StorageError
-
-    try:
-        return plan()
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        marker = "wmobs: "
-        if marker not in first:
-            raise
-        said = first[first.index(marker) + len(marker) :]
-        if "dead letters' directory" in said:
-            raise StorageError(f"dead_letter: {said}") from exc
-        if said.startswith("dead_letter: "):
-            raise TypeError(said) from exc
-        raise
+    return hand_over(ctx, observed, sink, schema)
 
 
 def dotted_names(columns: list[str]) -> dict[str, str]:
@@ -146,13 +94,3 @@ def dotted_names(columns: list[str]) -> dict[str, str]:
             taken.add(inside)
             renamed[column] = inside
     return renamed
-
-
-def _session_conf(df: DataFrame, key: str) -> str | None:
-    """The session's value of a SQL conf, its default if unset (a default passed to
-    ``conf.get`` would replace Spark's); None if this Spark has no such conf."""
-    try:
-        value = df.sparkSession.conf.get(key)
-    except Exception:  # unknown to this version of Spark
-        return None
-    return value

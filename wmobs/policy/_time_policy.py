@@ -65,13 +65,13 @@ from typing import TYPE_CHECKING, Any
 from wmobs._spark import qualified_path, working_directory
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
+from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
 from wmobs.policy._deadletter_plan import DeadLetterPlan, choose_plan
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._engine import ENGINES, Engine, choose
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
 from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import INTERNAL
-from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
