@@ -24,8 +24,8 @@ from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
 from wmobs.listener._observed import observation_columns, parse_observed_metrics
 from wmobs.observations import HISTOGRAMS
+from wmobs.policy._histograms import histogram_index, joint_histogram_counts
 from wmobs.policy._jvm import _extension
-from wmobs.policy._observe import histogram_index, joint_histogram_counts
 from wmobs.testing import iso
 
 from ._streaming import engines, start_kept, wait_until, write_rows
@@ -862,7 +862,7 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
     from pyspark.sql import functions as F
 
     from wmobs.observations import bounds_us
-    from wmobs.policy._observe import joint_histogram_index
+    from wmobs.policy._histograms import joint_histogram_index
 
     names = ("arrival_delay", "lateness")
     bounds = [bounds_us(h) for h in names]
@@ -1005,7 +1005,7 @@ def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:
 
     from pyspark.sql import functions as F
 
-    from wmobs.policy._observe import _bucket_index
+    from wmobs.policy._histograms import _bucket_index
 
     edges = {0, 1, -1, 2**63 - 1, -(2**63), -(2**63) + 1}
     for k in range(63):

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
 from wmobs.policy._engine import EngineError
+from wmobs.policy._histograms import histogram_counts
 from wmobs.policy._jvm._extension import EXTENSIONS, JarError, jar, submit_args
 from wmobs.policy._jvm._extension import configure as configure_spark
-from wmobs.policy._observe import histogram_counts
 from wmobs.policy._plan import SYSTEM_TIMESTAMP
 from wmobs.policy._storage import Storage, StorageError
 from wmobs.policy._time_policy import TimePolicy
