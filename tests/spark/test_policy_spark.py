@@ -939,10 +939,10 @@ def test_both_engines_stateless_rules_agree_row_by_row(spark: Any, codegen: bool
     of actions, with and without arrival times."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy._arrival import _rules_spec, arrival_policies
     from wmobs.policy._context import Context
     from wmobs.policy._engine import choose
-    from wmobs.policy._ordering import out_of_order_against_watermark
+    from wmobs.policy._jvm._rules import _rules_spec
+    from wmobs.policy._python._rules import arrival_policies, out_of_order_against_watermark
     from wmobs.policy._storage import Storage
     from wmobs.policy._verdicts import (
         ARRIVAL,

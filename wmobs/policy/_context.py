@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._deadletter_plan import NOT_KEPT, DeadLetterPlan
 from wmobs.policy._durations import Tolerances
-from wmobs.policy._engine import Engine
+from wmobs.policy._stages import Engine
 from wmobs.policy._storage import Storage
 
-__all__ = ["Context"]
+__all__ = ["Context", "substream_files"]
 
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 
@@ -37,6 +37,7 @@ class Context:
     checkpoint: str | None
     storage: Storage
     engine: Engine
+    """The engine the plan asks for its stages (:mod:`wmobs.policy._stages`)."""
     dead_letters: DeadLetterPlan = NOT_KEPT
     """How dropped rows are kept (:func:`wmobs.policy._deadletter_plan.choose_plan`)."""
     renamed: dict[str, str] = field(default_factory=dict)
@@ -67,3 +68,10 @@ class Context:
             "out_of_order": self.out_of_order_action,
         }[rule]
         return configured is not None and _PAST_TENSE[configured] == action
+
+
+def substream_files(policy: str) -> str:
+    """Where the Python engine keeps a policy's per-key state, relative to the query's
+    checkpoint (a folder per bucket count: :func:`wmobs.policy._python._substream_state.
+    state_directory`); the JVM engine refuses a checkpoint that has it."""
+    return f"wmobs/substreams/{policy}"

@@ -1,11 +1,14 @@
 """Which engine runs a time policy: decided here, once per ``TimePolicy.apply``, logged once at
 info with its reason, and exported as ``wmobs_policy_info{query, policy, engine, dead_letters}``.
+This is the switch, the one module of the plan's side that knows the engines' rooms; each room
+implements the stages the plan asks for by name (:mod:`wmobs.policy._stages`).
 
-- ``jvm``: wmobs' Spark extension (:mod:`wmobs.policy._jvm._extension`). The batch's times are
-  read in the tasks, substreams are judged by a Catalyst generator, everything observed is one
+- ``jvm``: wmobs' Spark extension (:mod:`wmobs.policy._jvm`). The batch's times are read in
+  the tasks, substreams are judged in Spark's state store, everything observed is one
   aggregate, dead letters are written by the JVM: no row crosses into Python.
-- ``python``: Python data sources, ``mapInArrow`` and Spark's own aggregates, for sessions that
-  cannot load the extension (a Spark Connect server without it, platforms that forbid JARs).
+- ``python``: Python data sources, ``mapInArrow`` and Spark's own aggregates
+  (:mod:`wmobs.policy._python`), for sessions that cannot load the extension (a Spark Connect
+  server without it, platforms that forbid JARs).
 
 ``engine="auto"`` (the default) is the JVM engine wherever the session has the extension or
 can be given it (a classic session gets the JAR loaded into it), else the Python engine, said
@@ -16,33 +19,22 @@ run (Spark before 4.0 has no Python data sources).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from wmobs._version import __version__
+from wmobs.policy._jvm._stages import JvmEngine
+from wmobs.policy._python._stages import PythonEngine
+from wmobs.policy._stages import Engine
 
-__all__ = ["ENGINES", "Engine", "EngineError", "choose"]
+__all__ = ["ENGINES", "EngineError", "choose"]
 
 ENGINES = ("auto", "jvm", "python")
-JVM = "jvm"
-PYTHON = "python"
+JVM = JvmEngine.name
+PYTHON = PythonEngine.name
 
 
 class EngineError(RuntimeError):
     """The engine asked for cannot run in this session."""
-
-
-@dataclass(frozen=True)
-class Engine:
-    """The engine a policy runs on, and why."""
-
-    name: str
-    """``jvm`` or ``python``."""
-    reason: str
-
-    @property
-    def jvm(self) -> bool:
-        return self.name == JVM
 
 
 def _spark_major(spark: Any) -> int:
@@ -66,7 +58,7 @@ def _setting(spark: Any) -> str:
     )
 
 
-def _jvm(spark: Any) -> tuple[Engine | None, str]:
+def _jvm(spark: Any) -> tuple[JvmEngine | None, str]:
     """The JVM engine if ``spark`` has it or can be given it; else None and why not."""
     from wmobs._spark import is_connect
     from wmobs.policy._jvm._extension import JarError, extension_version, load
@@ -82,7 +74,7 @@ def _jvm(spark: Any) -> tuple[Engine | None, str]:
             return None, f"wmobs' JAR could not be loaded into this session: {first}"
         found = extension_version(spark)
         if found is not None:
-            return Engine(JVM, f"wmobs' Spark extension {how}"), ""
+            return JvmEngine(f"wmobs' Spark extension {how}"), ""
     if found is None:
         where = "the Spark Connect server" if is_connect(spark) else "this session"
         return None, f"{where} has no wmobs extension"
@@ -91,7 +83,7 @@ def _jvm(spark: Any) -> tuple[Engine | None, str]:
             f"wmobs: the session's wmobs extension is version {found}, this package is "
             f"{__version__}; give the session the JAR of this package ({_setting(spark)})"
         )
-    return Engine(JVM, "the session has wmobs' Spark extension"), ""
+    return JvmEngine("the session has wmobs' Spark extension"), ""
 
 
 def choose(spark: Any, requested: str) -> Engine:
@@ -105,7 +97,7 @@ def choose(spark: Any, requested: str) -> Engine:
                 f"wmobs: engine='python' needs Spark >= 4.0 (Python data sources); this is "
                 f"Spark {spark.version}: use the JVM engine ({_setting(spark)})"
             )
-        return Engine(PYTHON, "engine='python' was asked for")
+        return PythonEngine("engine='python' was asked for")
     engine, why_not = _jvm(spark)
     if engine is not None:
         return engine
@@ -116,4 +108,4 @@ def choose(spark: Any, requested: str) -> Engine:
             f"wmobs: time policies on Spark {spark.version} need the JVM engine, and {why_not}; "
             f"{_setting(spark)}"
         )
-    return Engine(PYTHON, f"{why_not}; for the faster JVM engine, {_setting(spark)}")
+    return PythonEngine(f"{why_not}; for the faster JVM engine, {_setting(spark)}")

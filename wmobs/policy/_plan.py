@@ -1,15 +1,16 @@
 """How a :class:`~wmobs.TimePolicy` becomes part of a query plan, stage by stage:
 
-1. the arrival policies and the batch's times (:mod:`wmobs.policy._arrival`);
-2. out of order, globally or per key, with the idle-timeout heartbeat
-   (:mod:`wmobs.policy._ordering`, :mod:`wmobs.policy._heartbeat`);
-3. the counts, one ``observe`` (:mod:`wmobs.policy._observe`);
-4. the dropped rows filtered out, or handed to the dead-letter destination
-   (:mod:`wmobs.policy.deadletter`);
-5. the output: the input's columns, ``system_timestamp`` and the watermark on it.
+1. the arrival policies and the batch's times, then out of order, globally or per key, with
+   the idle-timeout heartbeat (:mod:`wmobs.policy._ordering`, :mod:`wmobs.policy._heartbeat`);
+2. the counts, one ``observe`` (:mod:`wmobs.policy._observe`);
+3. the dropped rows filtered out, or handed to the dead-letter destination by the plan
+   ``apply`` chose (:mod:`wmobs.policy.deadletter`);
+4. the output: the input's columns, ``system_timestamp`` and the watermark on it.
 
-Validation and the engine's choice happen before any of this, in ``TimePolicy.apply``:
-:func:`build` takes a :class:`~wmobs.policy._context.Context`.
+Each stage asks the policy's engine for its part by name (``ctx.engine.<stage>``, the interface
+of :mod:`wmobs.policy._stages`), and never which engine it is. Validation and the engine's
+choice happen before any of this, in ``TimePolicy.apply``: :func:`build` takes a
+:class:`~wmobs.policy._context.Context`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from wmobs.policy._verdicts import DROPPED_BITS, IDLE, REAL, TS, VERDICT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
 
     from wmobs.policy._deadletter import DeadLetter
 
@@ -48,7 +48,7 @@ def build(ctx: Context, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
     if sink is None:
         kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
     else:
-        kept = _dead_letters(ctx, observed, sink, inside.schema)
+        kept = ctx.engine.dead_letters(ctx, observed, sink, inside.schema)
     out = kept.select(
         *[F.col(f"`{ctx.column(c)}`").alias(c) for c in columns],
         F.timestamp_micros(F.col(TS)).alias(SYSTEM_TIMESTAMP),
@@ -60,23 +60,6 @@ def build(ctx: Context, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
     # system_timestamp so the optimizer cannot push it below withWatermark.
     real = (F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
     return out.filter(real).drop(IDLE)
-
-
-def _dead_letters(
-    ctx: Context, observed: DataFrame, sink: DeadLetter, schema: StructType
-) -> DataFrame:
-    """The kept rows of ``observed``; the dropped ones, with the input columns of ``schema``,
-    handed to ``sink`` in the same tasks, by the plan ``apply`` chose
-    (:func:`wmobs.policy._deadletter_plan.choose_plan`): ``jvm``, a Parquet directory written by
-    Spark's Parquet writer in the JVM; ``python_dropped`` and ``python_all``, written by
-    Python (:mod:`wmobs.policy.deadletter`)."""
-    if ctx.dead_letters.name == "jvm":
-        from wmobs.policy._jvm._deadletters import write_dead_letters
-
-        return write_dead_letters(ctx, observed, sink, schema)
-    from wmobs.policy._deadletter_handover import hand_over
-
-    return hand_over(ctx, observed, sink, schema)
 
 
 def dotted_names(columns: list[str]) -> dict[str, str]:

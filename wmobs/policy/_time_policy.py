@@ -62,14 +62,15 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from wmobs._spark import qualified_path, working_directory
+from wmobs._spark import qualified_path
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
 from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
 from wmobs.policy._deadletter_plan import DeadLetterPlan, choose_plan
 from wmobs.policy._durations import Tolerances
-from wmobs.policy._engine import ENGINES, Engine, choose
+from wmobs.policy._engine import ENGINES, choose
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
+from wmobs.policy._stages import Engine
 from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import INTERNAL
 
@@ -290,20 +291,20 @@ class TimePolicy:
         self._check_columns(df, schema, arrival_time)
         idle = self.tolerances.idle_timeout_us is not None
         engine = choose(df.sparkSession, self.engine)
-        if idle and self.substream_by is None and checkpoint_location is None and not engine.jvm:
-            raise ValueError(
-                "idle_timeout: without substream_by the Python engine's idle timeout reads the "
-                "query's offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
-            )
-        plan = choose_plan(sink, jvm=engine.jvm, schema=schema)
+        engine.check_apply(
+            idle_global=idle and self.substream_by is None,
+            checkpoint_location=checkpoint_location,
+        )
+        plan = choose_plan(sink, jvm=engine.writes_parquet, schema=schema)
         self._log_choices(engine, plan, arrival_time)
         # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.
         checkpoint_location = qualified_path(df.sparkSession, checkpoint_location or "") or None
         if sink is not None and sink.directory is not None:
             sink = replace(sink, directory=qualified_path(df.sparkSession, sink.directory))
         root = checkpoint_location or _session_checkpoint_root(df)
-        if root and not engine.jvm:
-            resolved.check(root, "checkpoint_location")
+        relative_to = engine.reach_checkpoint(
+            df.sparkSession, resolved, checkpoint=checkpoint_location, root=root
+        )
         if sink is not None and plan.name != "jvm":  # the JVM checks its own, as it plans
             sink.check()
         ctx = Context(
@@ -322,9 +323,7 @@ class TimePolicy:
             engine=engine,
             dead_letters=plan,
             renamed=dotted_names(schema.names),
-            relative_to=""
-            if checkpoint_location or engine.jvm
-            else working_directory(df.sparkSession),
+            relative_to=relative_to,
         )
         return build(ctx, df, sink)
 
