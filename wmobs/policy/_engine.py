@@ -19,14 +19,21 @@ run (Spark before 4.0 has no Python data sources).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from wmobs._version import __version__
+from wmobs.policy._jvm._pipeline import planned_by_name
 from wmobs.policy._jvm._stages import JvmEngine
 from wmobs.policy._python._stages import PythonEngine
 from wmobs.policy._stages import Engine
 
-__all__ = ["ENGINES", "EngineError", "choose"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from wmobs.policy._deadletter import DeadLetter
+
+__all__ = ["ENGINES", "EngineError", "check_requested", "choose", "planned_in_pipeline"]
 
 ENGINES = ("auto", "jvm", "python")
 JVM = JvmEngine.name
@@ -35,6 +42,14 @@ PYTHON = PythonEngine.name
 
 class EngineError(RuntimeError):
     """The engine asked for cannot run in this session."""
+
+
+def check_requested(requested: str) -> str:
+    """``requested`` (``TimePolicy(engine=...)``) if it is one of :data:`ENGINES`; else
+    ``ValueError``."""
+    if requested not in ENGINES:
+        raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {requested!r}")
+    return requested
 
 
 def _spark_major(spark: Any) -> int:
@@ -88,8 +103,7 @@ def _jvm(spark: Any) -> tuple[JvmEngine | None, str]:
 
 def choose(spark: Any, requested: str) -> Engine:
     """The engine for a policy applied in ``spark``; ``requested``: one of :data:`ENGINES`."""
-    if requested not in ENGINES:
-        raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {requested!r}")
+    check_requested(requested)
     python_ok = _spark_major(spark) >= 4
     if requested == PYTHON:
         if not python_ok:
@@ -109,3 +123,29 @@ def choose(spark: Any, requested: str) -> Engine:
             f"{_setting(spark)}"
         )
     return PythonEngine(f"{why_not}; for the faster JVM engine, {_setting(spark)}")
+
+
+def planned_in_pipeline(
+    requested: str,
+    flow: str,
+    df: DataFrame,
+    options: Callable[[], dict[str, Any]],
+    *,
+    sink: DeadLetter | None,
+) -> DataFrame:
+    """``df`` judged in the query function of pipeline flow ``flow``, where nothing may analyse
+    it: always on the JVM engine, planned by name (``options()`` as SQL's ``wmobs_time_policy``
+    takes them) by the extension when the pipeline analyses the flow
+    (:func:`wmobs.policy._jvm._pipeline.planned_by_name`). ``engine='python'`` is an error there:
+    the Python engine analyses its input."""
+    if check_requested(requested) == PYTHON:
+        raise ValueError(
+            "engine: the Python engine cannot run in a pipeline's query function (it analyses "
+            "its input there); leave engine='auto' and run the pipeline with the extension: "
+            "spark-pipelines run $(wmobs spark-submit-args)"
+        )
+    engine = JvmEngine(
+        f"in the query function of pipeline flow {flow}: planned by wmobs' extension when the "
+        "pipeline analyses the flow"
+    )
+    return planned_by_name(engine, df, options, sink=sink)

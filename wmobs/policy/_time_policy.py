@@ -68,7 +68,7 @@ from wmobs.policy._context import Context
 from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
 from wmobs.policy._deadletter_plan import DeadLetterPlan, choose_plan
 from wmobs.policy._durations import Tolerances
-from wmobs.policy._engine import ENGINES, choose
+from wmobs.policy._engine import check_requested, choose, planned_in_pipeline
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
 from wmobs.policy._stages import Engine
 from wmobs.policy._storage import Storage
@@ -210,8 +210,7 @@ class TimePolicy:
                 f"name: at most {MAX_NAME} characters (it is part of file names: a dead-letter"
                 f" file is part-<partition>-<name>-<query id>.<format>), got {len(self.name)}"
             )
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        check_requested(self.engine)
         object.__setattr__(self, "tolerances", tolerances)
 
     # ---- public ---------------------------------------------------------------------------
@@ -272,17 +271,21 @@ class TimePolicy:
             )
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
-        from wmobs.policy._pipeline import pipeline_flow, planned_by_name
+        from wmobs.policy._pipeline import pipeline_flow, sql_options
 
         flow = pipeline_flow(df.sparkSession)
         if flow is not None:  # nothing may analyse df here: the extension plans the policy
-            return planned_by_name(
-                self,
+            return planned_in_pipeline(
+                self.engine,
+                flow,
                 df,
-                flow=flow,
+                lambda: sql_options(
+                    self,
+                    sink=sink,
+                    checkpoint_location=checkpoint_location,
+                    arrival_default=isinstance(self.arrival_time, _DefaultColumn),
+                ),
                 sink=sink,
-                checkpoint_location=checkpoint_location,
-                arrival_default=isinstance(self.arrival_time, _DefaultColumn),
             )
         schema = df.schema  # once: over Spark Connect each read is a round trip to the server
         arrival_time = self.arrival_time
