@@ -85,7 +85,7 @@ is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``in
 Usage::
 
     from opentelemetry.sdk.metrics import MeterProvider
-    from wmobs.metrics import Instruments, Tracker
+    from wmobs.listener import Instruments, Tracker
 
     tracker = Tracker()
     instruments = Instruments(tracker, meter_provider=MeterProvider(metric_readers=[...]))
