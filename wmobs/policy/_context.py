@@ -58,6 +58,12 @@ class Context:
         """The name inside the plan of input column ``name``."""
         return self.renamed.get(name, name)
 
+    @property
+    def original(self) -> dict[str, str]:
+        """The inverse of ``renamed``: a renamed column's name inside the plan -> its name in
+        the input (as dead letters carry it)."""
+        return {inside: name for name, inside in self.renamed.items()}
+
     def can_happen(self, rule: str, action: str) -> bool:
         """True for the verdicts this policy can give (the others are not observed: the
         listener exports them as 0)."""

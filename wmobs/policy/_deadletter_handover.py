@@ -38,7 +38,7 @@ def hand_over(ctx: Context, observed: DataFrame, sink: DeadLetter, schema: Struc
     ``python_all``, every row through Python (:func:`dead_letter_stage`)."""
     from pyspark.sql import functions as F
 
-    original = {inside: name for name, inside in ctx.renamed.items()}
+    original = ctx.original
     plan = ctx.dead_letters.name
     timezone = _session_conf(observed, "spark.sql.session.timeZone") or "UTC"
     large = _session_conf(observed, "spark.sql.execution.arrow.useLargeVarTypes") or ""

@@ -27,7 +27,7 @@ def write_dead_letters(
     JVM (:func:`dead_letter_writer`)."""
     from pyspark.sql import functions as F
 
-    original = {inside: name for name, inside in ctx.renamed.items()}
+    original = ctx.original
     write = dead_letter_writer(
         sink, schema.names, VERDICT, DROP_POLICIES, policy=ctx.name, rename=original
     )
