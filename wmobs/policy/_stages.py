@@ -7,7 +7,8 @@ aggregates). The switch, :mod:`wmobs.policy._engine`, gives ``TimePolicy.apply``
 from there on the plan (:mod:`wmobs.policy._plan` and the modules of its stages) calls
 ``ctx.engine.<stage>(...)`` and never asks which engine it has. A room imports the
 engine-neutral modules of ``wmobs.policy``, and none of those imports a room: only the switch
-does.
+does (and the public faces, ``wmobs.policy`` and ``wmobs.policy.deadletter``, for the names
+they export). ``tests/unit/test_layout.py`` checks it.
 """
 
 from __future__ import annotations
