@@ -2,7 +2,7 @@
 
 ``monitor = wmobs.attach(spark, prometheus_port=9464)`` watches every streaming query of a
 session and exports watermark delay, event-time lag, source idleness, drops and state as
-OpenTelemetry metrics (see :mod:`wmobs.metrics`). ``wmobs.TimePolicy`` judges and counts
+OpenTelemetry metrics (see :mod:`wmobs.listener.metrics`). ``wmobs.TimePolicy`` judges and counts
 every row of a stream inside the query, on wmobs' Spark extension
 (``wmobs.configure_spark(builder)``) or in Python. The two halves live in :mod:`wmobs.listener` and
 :mod:`wmobs.policy` and meet only in :mod:`wmobs.observations`. Importing wmobs never imports

@@ -48,10 +48,10 @@ def local_spark(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     if extension:
-        from wmobs.policy._jvm import JarError, configure
+        from wmobs.policy import JarError, configure_spark
 
         with contextlib.suppress(JarError):  # no JAR for this Spark: the Python engine
-            builder = configure(builder)
+            builder = configure_spark(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

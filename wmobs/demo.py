@@ -34,9 +34,8 @@ import structlog
 
 from wmobs._session import local_spark
 from wmobs._spark import jvm_exited, jvm_process
-from wmobs.deadletter import DeadLetter
 from wmobs.listener import BatchSummary, QuerySnapshot, format_timestamp
-from wmobs.policy import TimePolicy
+from wmobs.policy import DeadLetter, TimePolicy
 
 __all__ = ["DisorderedSource", "main"]
 

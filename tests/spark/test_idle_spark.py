@@ -15,7 +15,7 @@ import pytest
 import wmobs
 from wmobs import TimePolicy
 from wmobs.listener import parse_timestamp
-from wmobs.policy._substream_state import StateStore, state_directory
+from wmobs.policy._python._substream_state import StateStore, state_directory
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows

@@ -24,8 +24,8 @@ from wmobs import DeadLetter, TimePolicy
 from wmobs.listener import parse_timestamp
 from wmobs.listener._observed import observation_columns, parse_observed_metrics
 from wmobs.observations import HISTOGRAMS
-from wmobs.policy import _jvm
-from wmobs.policy._observe import histogram_index, joint_histogram_counts
+from wmobs.policy._histograms import histogram_index, joint_histogram_counts
+from wmobs.policy._jvm import _extension
 from wmobs.testing import iso
 
 from ._streaming import engines, start_kept, wait_until, write_rows
@@ -867,7 +867,7 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
     from pyspark.sql import functions as F
 
     from wmobs.observations import bounds_us
-    from wmobs.policy._observe import joint_histogram_index
+    from wmobs.policy._histograms import joint_histogram_index
 
     names = ("arrival_delay", "lateness")
     bounds = [bounds_us(h) for h in names]
@@ -908,7 +908,7 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
         }
         nothing = F.lit(None).cast("long")
         arguments = [F.lit(0).cast("long"), nothing, nothing, F.lit(-1).cast("long"), *values]
-        counts = [_jvm.observation(spec, *arguments).alias("columns")]
+        counts = [_extension.observation(spec, *arguments).alias("columns")]
     else:
         indexes = [histogram_index(h, v, valid) for h, v in zip(names, values, strict=True)]
         df = df.withColumn("index", joint_histogram_index(names, indexes))
@@ -944,10 +944,10 @@ def test_both_engines_stateless_rules_agree_row_by_row(spark: Any, codegen: bool
     of actions, with and without arrival times."""
     from pyspark.sql import functions as F
 
-    from wmobs.policy._arrival import _rules_spec, arrival_policies
     from wmobs.policy._context import Context
     from wmobs.policy._engine import choose
-    from wmobs.policy._ordering import out_of_order_against_watermark
+    from wmobs.policy._jvm._rules import _rules_spec
+    from wmobs.policy._python._rules import arrival_policies, out_of_order_against_watermark
     from wmobs.policy._storage import Storage
     from wmobs.policy._verdicts import (
         ARRIVAL,
@@ -992,7 +992,8 @@ def test_both_engines_stateless_rules_agree_row_by_row(spark: Any, codegen: bool
         ).select("id", *fields)
         spec = _rules_spec(ctx, out_of_order=True)
         jvm = df.select(
-            "id", *[_jvm.judge({**spec, "field": f}, *times).alias(c) for c, f in fields.items()]
+            "id",
+            *[_extension.judge({**spec, "field": f}, *times).alias(c) for c, f in fields.items()],
         )
         with contextlib.nullcontext() if codegen else without_codegen(spark):
             got = sorted(tuple(r) for r in jvm.collect())
@@ -1009,7 +1010,7 @@ def test_the_bucket_index_is_exact_at_every_edge(spark: Any) -> None:
 
     from pyspark.sql import functions as F
 
-    from wmobs.policy._observe import _bucket_index
+    from wmobs.policy._histograms import _bucket_index
 
     edges = {0, 1, -1, 2**63 - 1, -(2**63), -(2**63) + 1}
     for k in range(63):

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.spark
 
 def _events(spark: Any, source: Path, view: str) -> None:
     """A streaming temp view over ``source``, one file per micro-batch."""
-    from wmobs.policy._jvm import load
+    from wmobs.policy._jvm._extension import load
 
     load(spark)  # a session started without the extension: the function registered now
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))

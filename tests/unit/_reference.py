@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from wmobs.policy._idle import idle_jump_ms
-from wmobs.policy._substream_judge import NONE, judge_rows
+from wmobs.policy._python._idle import idle_jump_ms
+from wmobs.policy._python._substream_judge import NONE, judge_rows
 
 
 def judge_key_reference(

@@ -9,17 +9,17 @@ from typing import Any
 import pyarrow as pa
 
 from wmobs import Storage
-from wmobs.policy._idle import HEARTBEAT, REAL
-from wmobs.policy._substream_judge import SubstreamConfig
-from wmobs.policy._substream_stage import Columns, substream_stage
-from wmobs.policy._substream_state import StateStore
+from wmobs.policy._python._substream_judge import SubstreamConfig
+from wmobs.policy._python._substream_stage import Columns, substream_stage
+from wmobs.policy._python._substream_state import StateStore
+from wmobs.policy._verdicts import HEARTBEAT, REAL
 
 
 class SubstreamStage:
     """The real substreams ``mapInArrow`` stage, run without a JVM: state files in
     ``directory``, a controlled clock and micro-batch id. Columns k, ts, arrival, v (verdict
     bit 1 drops, out of order is 32) and idle; no tolerance, adjusting; ``options`` overrides
-    the :class:`wmobs.policy._substream_judge.SubstreamConfig`."""
+    the :class:`wmobs.policy._python._substream_judge.SubstreamConfig`."""
 
     def __init__(
         self, directory: Path | str, storage: Storage | None = None, **options: Any

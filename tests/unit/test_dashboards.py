@@ -120,7 +120,7 @@ def test_wheel_ships_dashboards_rules_and_jars(tmp_path: Path) -> None:
     by the build hook with Maven; never a Java source: nothing is compiled at run time)."""
     import zipfile
 
-    from wmobs.policy._jvm import LINES
+    from wmobs.policy._jvm._extension import LINES
 
     done = subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from wmobs.policy._idle import (
-    REAL,
+from wmobs.policy._heartbeat import default_check_interval_ms
+from wmobs.policy._python._idle import (
     TICK,
     InputActivity,
-    default_check_interval_ms,
     global_synthetic,
     idle_jump_ms,
     next_tick,
     quiet_only,
 )
+from wmobs.policy._verdicts import REAL
 from wmobs.testing import MetricsRecorder, progress_json
 
 from ._reference import advance_idle_keys
@@ -50,7 +50,7 @@ def test_an_available_now_run_ticks_once_as_of_its_start() -> None:
     import time
 
     pytest.importorskip("pyarrow")
-    from wmobs.policy._idle_source import _Reader
+    from wmobs.policy._python._idle_source import _Reader
 
     reader = _Reader({"mode": "substreams", "timeout_ms": "1000", "interval_ms": "1"})
     reader.prepareForTriggerAvailableNow()
@@ -73,7 +73,7 @@ def test_the_heartbeat_reader_answers_both_of_sparks_calls() -> None:
     import inspect
 
     pytest.importorskip("pyarrow")
-    from wmobs.policy._idle_source import _Reader
+    from wmobs.policy._python._idle_source import _Reader
 
     options = {"mode": "substreams", "timeout_ms": "1000", "interval_ms": str(3600 * S)}
     assert inspect.signature(_Reader(options).latestOffset).parameters  # 4.2's convention

@@ -133,7 +133,7 @@ def test_the_jar_of_each_spark_line_is_in_the_package() -> None:
     import zipfile
 
     import wmobs
-    from wmobs.policy._jvm import LINES
+    from wmobs.policy._jvm._extension import LINES
 
     for line, scala in LINES.items():
         path = wmobs.jar(f"{line}.9")
@@ -187,7 +187,7 @@ def test_the_helpers_keep_what_spark_defaults_conf_configures(
     on the command line or the builder would replace it, so the helpers list it first."""
     import wmobs
     from wmobs.policy import EXTENSIONS
-    from wmobs.policy._jvm import spark_defaults
+    from wmobs.policy._jvm._extension import spark_defaults
 
     (tmp_path / "spark-defaults.conf").write_text(
         "# a cluster's defaults\n"

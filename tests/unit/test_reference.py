@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tests.reference import generate
-from wmobs.policy._idle import advance, read_input
-from wmobs.policy._substream_judge import SubstreamConfig, judge_partition
-from wmobs.policy._substream_state import KeyState
+from wmobs.policy._python._idle import advance, read_input
+from wmobs.policy._python._substream_judge import SubstreamConfig, judge_partition
+from wmobs.policy._python._substream_state import KeyState
 from wmobs.policy._verdicts import DROPPED_BITS, EARLY_DROPPED, OOO_ADJUSTED, OOO_DROPPED
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"

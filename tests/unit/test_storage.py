@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from wmobs import Storage, StorageError
-from wmobs.policy._checkpoint import read_batch_times
-from wmobs.policy._substream_state import StateStore
+from wmobs.policy._python._checkpoint import read_batch_times
+from wmobs.policy._python._substream_state import StateStore
 
 from ._substream_stage import SubstreamStage
 
@@ -222,7 +222,7 @@ def test_a_named_querys_checkpoint_is_found_below_the_session_root_as_the_driver
     """A task finds a named query's checkpoint below the session's root; a relative root is
     resolved against the driver's working directory (``relative_to``), as Spark resolved it
     there, not against the task's own (an executor's, on a cluster)."""
-    from wmobs.policy._checkpoint import CheckpointNotFoundError, _resolve_checkpoint
+    from wmobs.policy._python._checkpoint import CheckpointNotFoundError, _resolve_checkpoint
 
     def props(root: str, name: str = "clicks") -> dict[str, str]:
         return {

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from wmobs.policy._durations import to_micros
-from wmobs.policy._substream_judge import advance_idle
-from wmobs.policy._substream_state import KeyState
+from wmobs.policy._python._substream_judge import advance_idle
+from wmobs.policy._python._substream_state import KeyState
 
 from ._reference import (
     advance_idle_keys,
@@ -286,7 +286,7 @@ def test_the_python_engine_warns_once_when_a_task_holds_many_keys(
     100,000 keys in a task, one warning per Python worker names how many."""
     from structlog.testing import capture_logs
 
-    from wmobs.policy import _substream_stage
+    from wmobs.policy._python import _substream_stage
 
     monkeypatch.setattr(_substream_stage, "_WARNED", set())
     with capture_logs() as logs:

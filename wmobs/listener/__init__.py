@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from wmobs.listener._exposition import parse_metrics
 from wmobs.listener._monitor import Monitor, attach
-from wmobs.listener._tracker import (
+from wmobs.listener._snapshots import (
     BatchSummary,
     OperatorSnapshot,
     QuerySnapshot,
-    Tracker,
     format_timestamp,
     parse_timestamp,
 )
+from wmobs.listener._tracker import Tracker
 from wmobs.listener.metrics import BATCH_DURATION_BUCKETS, CONTRACT, Instruments
 
 __all__ = [

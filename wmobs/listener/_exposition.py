@@ -23,7 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from wmobs._log import get_logger
-from wmobs.listener._tracker import BATCH_DURATION_BUCKETS, QuerySnapshot, Tracker
+from wmobs.listener._snapshots import BATCH_DURATION_BUCKETS, QuerySnapshot
+from wmobs.listener._tracker import Tracker
 from wmobs.listener.metrics import BATCH_DURATION_HELP, EVENT_HISTOGRAMS, OBSERVABLES
 from wmobs.observations import HISTOGRAMS
 

@@ -17,7 +17,8 @@ from opentelemetry.trace import TracerProvider
 
 from wmobs._log import get_logger
 from wmobs._spark import jvm_exited
-from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker
+from wmobs.listener._snapshots import BatchSummary, QuerySnapshot
+from wmobs.listener._tracker import Tracker
 from wmobs.listener.metrics import Instruments
 
 if TYPE_CHECKING:

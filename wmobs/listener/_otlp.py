@@ -48,7 +48,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from wmobs._log import get_logger
 from wmobs._version import __version__
-from wmobs.listener._tracker import QuerySnapshot, Tracker
+from wmobs.listener._snapshots import QuerySnapshot
+from wmobs.listener._tracker import Tracker
 from wmobs.listener.metrics import EVENT_HISTOGRAMS
 from wmobs.observations import HISTOGRAMS
 

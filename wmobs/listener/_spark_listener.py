@@ -24,7 +24,8 @@ from pyspark.sql.streaming.listener import (
 )
 
 from wmobs._log import get_logger
-from wmobs.listener._tracker import BatchSummary, QuerySnapshot, Tracker, format_timestamp
+from wmobs.listener._snapshots import BatchSummary, QuerySnapshot, format_timestamp
+from wmobs.listener._tracker import Tracker
 from wmobs.listener.metrics import Instruments
 
 if TYPE_CHECKING:

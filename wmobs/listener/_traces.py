@@ -26,7 +26,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Tracer, TracerProvi
 
 from wmobs._version import __version__
 from wmobs.listener._observed import PolicyCounts
-from wmobs.listener._tracker import BatchSummary, format_timestamp, parse_timestamp
+from wmobs.listener._snapshots import BatchSummary, format_timestamp, parse_timestamp
 
 __all__ = ["PHASES", "BatchTracer"]
 

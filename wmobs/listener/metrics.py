@@ -85,7 +85,7 @@ is the verdict kind (``early_arrival``, ``late_arrival``, ``out_of_order``, ``in
 Usage::
 
     from opentelemetry.sdk.metrics import MeterProvider
-    from wmobs.metrics import Instruments, Tracker
+    from wmobs.listener import Instruments, Tracker
 
     tracker = Tracker()
     instruments = Instruments(tracker, meter_provider=MeterProvider(metric_readers=[...]))
@@ -101,7 +101,8 @@ from dataclasses import dataclass
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter
 
 from wmobs._version import __version__
-from wmobs.listener._tracker import BATCH_DURATION_BUCKETS, QuerySnapshot, Tracker
+from wmobs.listener._snapshots import BATCH_DURATION_BUCKETS, QuerySnapshot
+from wmobs.listener._tracker import Tracker
 
 __all__ = [
     "BATCH_DURATION_BUCKETS",

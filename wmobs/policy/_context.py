@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._deadletter_plan import NOT_KEPT, DeadLetterPlan
 from wmobs.policy._durations import Tolerances
-from wmobs.policy._engine import Engine
+from wmobs.policy._stages import Engine
 from wmobs.policy._storage import Storage
 
-__all__ = ["Context"]
+__all__ = ["Context", "substream_files"]
 
 _PAST_TENSE = {"adjust": "adjusted", "drop": "dropped"}
 
@@ -37,8 +37,9 @@ class Context:
     checkpoint: str | None
     storage: Storage
     engine: Engine
+    """The engine the plan asks for its stages (:mod:`wmobs.policy._stages`)."""
     dead_letters: DeadLetterPlan = NOT_KEPT
-    """How dropped rows are kept (:func:`wmobs.policy.deadletter.choose_plan`)."""
+    """How dropped rows are kept (:func:`wmobs.policy._deadletter_plan.choose_plan`)."""
     renamed: dict[str, str] = field(default_factory=dict)
     """Input columns with a ``.`` in their name -> their name inside the plan."""
     relative_to: str = ""
@@ -57,6 +58,12 @@ class Context:
         """The name inside the plan of input column ``name``."""
         return self.renamed.get(name, name)
 
+    @property
+    def original(self) -> dict[str, str]:
+        """The inverse of ``renamed``: a renamed column's name inside the plan -> its name in
+        the input (as dead letters carry it)."""
+        return {inside: name for name, inside in self.renamed.items()}
+
     def can_happen(self, rule: str, action: str) -> bool:
         """True for the verdicts this policy can give (the others are not observed: the
         listener exports them as 0)."""
@@ -67,3 +74,10 @@ class Context:
             "out_of_order": self.out_of_order_action,
         }[rule]
         return configured is not None and _PAST_TENSE[configured] == action
+
+
+def substream_files(policy: str) -> str:
+    """Where the Python engine keeps a policy's per-key state, relative to the query's
+    checkpoint (a folder per bucket count: :func:`wmobs.policy._python._substream_state.
+    state_directory`); the JVM engine refuses a checkpoint that has it."""
+    return f"wmobs/substreams/{policy}"

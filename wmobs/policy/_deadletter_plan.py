@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from wmobs.policy.deadletter import DeadLetter
+    from wmobs.policy._deadletter import DeadLetter
 
 __all__ = ["NOT_KEPT", "DeadLetterPlan", "choose_plan", "text_kind"]
 
@@ -66,8 +66,9 @@ def choose_plan(sink: DeadLetter | None, *, jvm: bool, schema: Any) -> DeadLette
 
 
 def text_kind(data_type: Any) -> str | None:
-    """How ``deadletter._decode`` reads back a column of ``data_type`` from its exact text form (see
-    :func:`wmobs.policy.deadletter.dead_letter_filter`), or None where it has none."""
+    """How ``_deadletter_handover._decode`` reads back a column of ``data_type`` from its exact
+    text form (see :func:`wmobs.policy.deadletter.dead_letter_filter`), or None where it has
+    none."""
     from pyspark.sql import types as T
 
     if isinstance(data_type, T.BinaryType):

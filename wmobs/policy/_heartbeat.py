@@ -2,25 +2,28 @@
 columns of the rows it joins. Globally the heartbeat yields the synthetic row of each tick; with
 substreams on the Python engine one wake-up row per key bucket, and the per-key judge decides
 (on the JVM engine Spark's timeouts do, and the heartbeat only guards the trigger:
-:func:`refusing_available_now`). The JVM engine's heartbeat is a streaming source of wmobs'
+:func:`wmobs.policy._jvm._substreams.refusing_available_now`). Each engine names its heartbeat
+source (``Engine.heartbeat_source``): the JVM engine's is a streaming source of wmobs'
 extension (``IdleHeartbeat.java``), the Python engine's a Python data source
-(:mod:`wmobs.policy._idle_source`): the same offsets and rows."""
+(:mod:`wmobs.policy._python._idle_source`): the same offsets and rows."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from wmobs.policy._context import Context
-from wmobs.policy._idle import HEARTBEAT, REAL, default_check_interval_ms
-from wmobs.policy._verdicts import IDLE, KEY, TS
+from wmobs.policy._verdicts import HEARTBEAT, IDLE, KEY, REAL, TS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-__all__ = ["JVM_SOURCE", "refusing_available_now", "with_heartbeat"]
+__all__ = ["default_check_interval_ms", "heartbeat", "with_heartbeat"]
 
-JVM_SOURCE = "io.wmobs.spark.IdleHeartbeat"
+
+def default_check_interval_ms(timeout_ms: int) -> int:
+    """How often the heartbeat looks: a quarter of the timeout, within [100 ms, 5 s]."""
+    return int(min(max(timeout_ms // 4, 100), 5_000))
 
 
 def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataFrame:
@@ -28,31 +31,18 @@ def with_heartbeat(ctx: Context, df: DataFrame, checkpoint: str | None) -> DataF
     from pyspark.sql import functions as F
 
     marked = df.withColumn(IDLE, F.lit(REAL).cast("long"))
-    return marked.unionByName(_heartbeat(ctx, marked, checkpoint))
+    return marked.unionByName(heartbeat(ctx, marked, checkpoint))
 
 
-def refusing_available_now(ctx: Context, df: DataFrame) -> DataFrame:
-    """``df`` with the JVM heartbeat in its substreams mode, which yields no rows and refuses
-    ``Trigger.AvailableNow`` when the query starts: the JVM engine's substreams keep their idle
-    clocks and TTL with Spark's processing-time timeouts, and Spark runs a micro-batch for
-    those after every micro-batch, so such a query would never end."""
-    return df.unionByName(_heartbeat(ctx, df, ctx.checkpoint))
-
-
-def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFrame:
+def heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFrame:
+    """The heartbeat's rows, with the columns of ``like``: on each of them the synthetic time
+    and the firings of a tick (globally), or the key bucket a tick wakes (substreams), and a
+    placeholder elsewhere."""
     from pyspark.sql import functions as F
-
-    from wmobs.policy._substream_state import BUCKETS
 
     tolerances = ctx.tolerances
     spark = like.sparkSession
-    if ctx.engine.jvm:
-        source = JVM_SOURCE
-    else:
-        from wmobs.policy._idle_source import SOURCE_NAME, IdleHeartbeatSource
-
-        spark.dataSource.register(IdleHeartbeatSource)
-        source = SOURCE_NAME
+    source, options = ctx.engine.heartbeat_source(ctx, spark)
     timeout_ms = (tolerances.idle_timeout_us or 0) // 1000
     interval_us = tolerances.idle_check_interval_us
     interval_ms = (
@@ -63,12 +53,10 @@ def _heartbeat(ctx: Context, like: DataFrame, checkpoint: str | None) -> DataFra
         spark.readStream.format(source)
         .option("mode", "substreams" if substreams else "global")
         .option("checkpoint", checkpoint or "")
-        .option("relative_to", ctx.relative_to)
-        .option("storage", ctx.storage.encode())
         .option("timeout_ms", str(timeout_ms))
         .option("interval_ms", str(interval_ms))
         .option("delay_ms", str(tolerances.out_of_order_us // 1000))
-        .option("buckets", str(BUCKETS))
+        .options(**options)
         .load()
     )
     special = {

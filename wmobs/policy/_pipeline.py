@@ -3,23 +3,23 @@
 is one call by name of the extension's ``wmobs_policy`` over ``struct(*)``, which the
 extension's analyzer rule plans on the server when the pipeline analyses the flow (the plan of
 SQL's ``wmobs_time_policy``, ``PolicyPlan.java``), the checks on the input's columns with it.
-The flow's checkpoint, under the pipeline's storage, is found there too."""
+The flow's checkpoint, under the pipeline's storage, is found there too.
+
+Here: whether a query function is running (:func:`pipeline_flow`), and the policy's options as
+SQL's ``wmobs_time_policy`` takes them (:func:`sql_options`); the switch gives the policy to the
+JVM engine (:func:`wmobs.policy._engine.planned_in_pipeline`), which plans the call
+(:mod:`wmobs.policy._jvm._pipeline`)."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
+    from wmobs.policy._deadletter import DeadLetter
     from wmobs.policy._time_policy import TimePolicy
-    from wmobs.policy.deadletter import DeadLetter
 
-__all__ = ["pipeline_flow", "planned_by_name"]
-
-CALL = "wmobs_policy"
+__all__ = ["pipeline_flow", "sql_options"]
 
 
 def pipeline_flow(spark: Any) -> str | None:
@@ -52,34 +52,17 @@ def _duration(value: str | timedelta | None) -> str | None:
     return f"{value // timedelta(microseconds=1)} microseconds"
 
 
-def planned_by_name(
+def sql_options(
     policy: TimePolicy,
-    df: DataFrame,
     *,
-    flow: str,
     sink: DeadLetter | None,
     checkpoint_location: str | None,
     arrival_default: bool,
-) -> DataFrame:
-    """``df`` judged by ``policy`` without analysing it: the options as SQL's
-    ``wmobs_time_policy`` takes them, planned by the extension on the server.
-    ``arrival_default``: ``arrival_time`` left at its default (which the extension applies
-    alike: the column ``ArrivalTime`` where the input has one, else the micro-batch's time)."""
-    from pyspark.sql import functions as F
-
-    from wmobs._log import get_logger
-
-    if policy.engine == "python":
-        raise ValueError(
-            "engine: the Python engine cannot run in a pipeline's query function (it analyses "
-            "its input there); leave engine='auto' and run the pipeline with the extension: "
-            "spark-pipelines run $(wmobs spark-submit-args)"
-        )
-    if sink is not None and not (sink.directory is not None and sink.written_by_hadoop):
-        raise ValueError(
-            "dead_letter: in a pipeline, dead letters go to a Parquet directory that Spark's "
-            "Hadoop configuration reaches (no function, JSON or storage= options)"
-        )
+) -> dict[str, Any]:
+    """``policy``'s options as SQL's ``wmobs_time_policy`` takes them, for the extension to plan
+    without analysing the input. ``arrival_default``: ``arrival_time`` left at its default
+    (which the extension applies alike: the column ``ArrivalTime`` where the input has one,
+    else the micro-batch's time)."""
     options: dict[str, Any] = {
         "event_time": policy.event_time,
         "early_arrival": _duration(policy.early_arrival),
@@ -100,13 +83,4 @@ def planned_by_name(
     }
     if not arrival_default:
         options["arrival_time"] = policy.arrival_time
-    get_logger().info(
-        "wmobs.engine",
-        policy=policy.state_name,
-        engine="jvm",
-        reason=f"in the query function of pipeline flow {flow}: planned by wmobs' extension "
-        "when the pipeline analyses the flow",
-        dead_letters="none" if sink is None else "jvm",
-    )
-    call = F.call_function(CALL, F.lit(json.dumps(options)), F.struct(F.col("*")))
-    return df.select(call)
+    return options

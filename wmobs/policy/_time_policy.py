@@ -40,7 +40,7 @@ The choice is made once per ``apply``, logged at info and exported as
 
 ``idle_timeout`` closes the windows of a quiet stream (or key): a heartbeat source moves its
 clock on with processing time and a filter right after ``withWatermark`` removes the synthetic
-rows that carry it (:mod:`wmobs.policy._idle`); each idle period is one firing, observed as
+rows that carry it (:mod:`wmobs.policy._python._idle`); each idle period is one firing, observed as
 ``idle_timeout_firings``.
 
 Substreams partition the rows by key bucket and judge each partition in one task (wmobs' JVM
@@ -62,16 +62,17 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from wmobs._spark import qualified_path, working_directory
+from wmobs._spark import qualified_path
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
+from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
 from wmobs.policy._deadletter_plan import DeadLetterPlan, choose_plan
 from wmobs.policy._durations import Tolerances
-from wmobs.policy._engine import ENGINES, Engine, choose
+from wmobs.policy._engine import check_requested, choose, planned_in_pipeline
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
+from wmobs.policy._stages import Engine
 from wmobs.policy._storage import Storage
 from wmobs.policy._verdicts import INTERNAL
-from wmobs.policy.deadletter import DeadLetter, DeadLetterFunction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -144,7 +145,7 @@ class TimePolicy:
     """Close the windows of a quiet stream: once the stream (with ``substream_by``: a key) has
     had no input for this long (processing time), its clock runs on with processing time, so
     Spark's watermark advances and a downstream window aggregation emits without new rows.
-    ``None`` (the default) is off. See :mod:`wmobs.policy._idle` for the exact rule."""
+    ``None`` (the default) is off. See :mod:`wmobs.policy._python._idle` for the exact rule."""
     idle_check_interval: str | timedelta | None = None
     """How often the idle timeout looks (default: a quarter of ``idle_timeout``, within
     100 ms..5 s). Windows close at most this much later than the rule says."""
@@ -209,8 +210,7 @@ class TimePolicy:
                 f"name: at most {MAX_NAME} characters (it is part of file names: a dead-letter"
                 f" file is part-<partition>-<name>-<query id>.<format>), got {len(self.name)}"
             )
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine: must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        check_requested(self.engine)
         object.__setattr__(self, "tolerances", tolerances)
 
     # ---- public ---------------------------------------------------------------------------
@@ -271,17 +271,21 @@ class TimePolicy:
             )
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
-        from wmobs.policy._pipeline import pipeline_flow, planned_by_name
+        from wmobs.policy._pipeline import pipeline_flow, sql_options
 
         flow = pipeline_flow(df.sparkSession)
         if flow is not None:  # nothing may analyse df here: the extension plans the policy
-            return planned_by_name(
-                self,
+            return planned_in_pipeline(
+                self.engine,
+                flow,
                 df,
-                flow=flow,
+                lambda: sql_options(
+                    self,
+                    sink=sink,
+                    checkpoint_location=checkpoint_location,
+                    arrival_default=isinstance(self.arrival_time, _DefaultColumn),
+                ),
                 sink=sink,
-                checkpoint_location=checkpoint_location,
-                arrival_default=isinstance(self.arrival_time, _DefaultColumn),
             )
         schema = df.schema  # once: over Spark Connect each read is a round trip to the server
         arrival_time = self.arrival_time
@@ -290,20 +294,20 @@ class TimePolicy:
         self._check_columns(df, schema, arrival_time)
         idle = self.tolerances.idle_timeout_us is not None
         engine = choose(df.sparkSession, self.engine)
-        if idle and self.substream_by is None and checkpoint_location is None and not engine.jvm:
-            raise ValueError(
-                "idle_timeout: without substream_by the Python engine's idle timeout reads the "
-                "query's offsets log: pass TimePolicy.apply(df, checkpoint_location=...)"
-            )
-        plan = choose_plan(sink, jvm=engine.jvm, schema=schema)
+        engine.check_apply(
+            idle_global=idle and self.substream_by is None,
+            checkpoint_location=checkpoint_location,
+        )
+        plan = choose_plan(sink, jvm=engine.writes_parquet, schema=schema)
         self._log_choices(engine, plan, arrival_time)
         # Relative paths as Spark resolves the query's checkpoint: on the driver, not in tasks.
         checkpoint_location = qualified_path(df.sparkSession, checkpoint_location or "") or None
         if sink is not None and sink.directory is not None:
             sink = replace(sink, directory=qualified_path(df.sparkSession, sink.directory))
         root = checkpoint_location or _session_checkpoint_root(df)
-        if root and not engine.jvm:
-            resolved.check(root, "checkpoint_location")
+        relative_to = engine.reach_checkpoint(
+            df.sparkSession, resolved, checkpoint=checkpoint_location, root=root
+        )
         if sink is not None and plan.name != "jvm":  # the JVM checks its own, as it plans
             sink.check()
         ctx = Context(
@@ -322,9 +326,7 @@ class TimePolicy:
             engine=engine,
             dead_letters=plan,
             renamed=dotted_names(schema.names),
-            relative_to=""
-            if checkpoint_location or engine.jvm
-            else working_directory(df.sparkSession),
+            relative_to=relative_to,
         )
         return build(ctx, df, sink)
 

@@ -8,11 +8,13 @@ __all__ = [
     "DROP_POLICIES",
     "EARLY_ADJUSTED",
     "EARLY_DROPPED",
+    "HEARTBEAT",
     "INVALID_DROPPED",
     "LATE_ADJUSTED",
     "LATE_DROPPED",
     "OOO_ADJUSTED",
     "OOO_DROPPED",
+    "REAL",
     "VERDICT_BITS",
 ]
 
@@ -47,6 +49,10 @@ KEY = "wmobs__key"
 WATERMARK = "wmobs_watermark_ms"
 BATCH_TIME = "wmobs_batch_time_ms"
 IDLE = "wmobs__idle"
+REAL = -1
+"""The idle column of a real row; synthetic rows carry their firings (>= 0)."""
+HEARTBEAT = -2
+"""The idle column of a heartbeat row on its way into the substreams' stateful operator."""
 DELAY = "wmobs__delay_us"
 """Arrival time - event time (µs) of a valid row."""
 LATENESS = "wmobs__lateness_us"

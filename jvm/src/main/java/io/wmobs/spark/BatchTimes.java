@@ -39,7 +39,7 @@ import org.apache.spark.util.SerializableConfiguration;
  * a micro-batch runs: each task reads them once (each executor once per micro-batch, through a
  * small cache) with the session's Hadoop configuration, the one Spark wrote the checkpoint with. This replaces a
  * one-row Python data source broadcast into the plan, which cost a Spark job of its own per
- * micro-batch. Mirrors {@code wmobs/policy/_checkpoint.py}, the Python engine's reader.
+ * micro-batch. Mirrors {@code wmobs/policy/_python/_checkpoint.py}, the Python engine's reader.
  *
  * <p>Each function is a Catalyst expression ({@link Time}), not a UDF: a UDF's generated code
  * calls it on every row, which looks the task up, boxes the value and converts it; the

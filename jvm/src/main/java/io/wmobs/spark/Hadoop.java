@@ -25,7 +25,7 @@ import org.apache.spark.util.SerializableConfiguration;
 
 /**
  * Files beside Spark, from the tasks, with the session's Hadoop configuration: what {@code
- * wmobs/policy/_storage.py} and {@code _checkpoint.py} do in Python.
+ * wmobs/policy/_storage.py} and {@code _python/_checkpoint.py} do in Python.
  */
 final class Hadoop {
   static final String HINT =

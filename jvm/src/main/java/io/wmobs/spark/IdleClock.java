@@ -3,8 +3,8 @@ package io.wmobs.spark;
 import java.util.List;
 
 /**
- * The idle-timeout rule, for one clock ({@code wmobs/policy/_idle.py} is the Python engine's
- * copy; both answer to {@code tests/reference/idle_clock.json}).
+ * The idle-timeout rule, for one clock ({@code wmobs/policy/_python/_idle.py} is the Python
+ * engine's copy; both answer to {@code tests/reference/idle_clock.json}).
  *
  * <p>A clock is a stream's (or a key's) largest system timestamp {@code M}, when it last had
  * input {@code a} (processing time), and up to when its idle clock has run ({@code -1}: not
@@ -29,7 +29,7 @@ public final class IdleClock {
   /**
    * Whether a batch had input: a source other than the heartbeat moved its offset from the
    * batch before ({@code before}; null for none: any source with an offset). {@code
-   * wmobs/policy/_idle.py}'s {@code read_input} is the Python engine's.
+   * wmobs/policy/_python/_idle.py}'s {@code read_input} is the Python engine's.
    */
   public static boolean readInput(List<String> now, List<String> before) {
     boolean moved = false;

@@ -39,8 +39,8 @@ import org.apache.spark.util.SerializableConfiguration;
 /**
  * The idle-timeout heartbeat as a streaming source of the JVM engine ({@code
  * spark.readStream.format("io.wmobs.spark.IdleHeartbeat")}): what {@code
- * wmobs/policy/_idle_source.py} is for the Python engine, with the same offsets and rows, so
- * that idle timeout needs no Python data source (Spark 3.5 has none).
+ * wmobs/policy/_python/_idle_source.py} is for the Python engine, with the same offsets and
+ * rows, so that idle timeout needs no Python data source (Spark 3.5 has none).
  *
  * <p>On the driver, {@link Stream#latestOffset(Offset, ReadLimit)} decides whether a tick is
  * due: only once the query has had no input for the timeout (judged from its offsets log: a
@@ -382,8 +382,8 @@ public final class IdleHeartbeat implements TableProvider {
 
   /**
    * When the query last had input, from its offsets log ({@code
-   * wmobs/policy/_idle.py}'s {@code InputActivity}): each {@code offsets/<id>} read once, as it
-   * appears; a batch had input when a source other than the heartbeat moved its offset.
+   * wmobs/policy/_python/_idle.py}'s {@code InputActivity}): each {@code offsets/<id>} read once,
+   * as it appears; a batch had input when a source other than the heartbeat moved its offset.
    */
   private static final class Activity {
     private final String checkpoint;

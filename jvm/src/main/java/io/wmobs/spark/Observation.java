@@ -20,9 +20,9 @@ import java.util.BitSet;
  * time, and the two distributions. {@link ObservationAggregate} is the aggregate function
  * ({@code wmobs_policy_observation}) that {@code observe} evaluates over these counts. The
  * result is a JSON object whose members are the columns that the Python engine observes one
- * Spark aggregate each ({@code wmobs/policy/_observe.py}), with the same names and values; the
- * listener reads either. (Text, because a struct result's encoder cost a few ms more per
- * micro-batch.)
+ * Spark aggregate each ({@code wmobs/policy/_python/_observe.py}), with the same names and
+ * values; the listener reads either. (Text, because a struct result's encoder cost a few ms
+ * more per micro-batch.)
  *
  * <p>The arguments of each row: the verdict bits, the system timestamp (µs), the event time
  * (µs), the idle-timeout column ({@code -1} for a real row, a positive number of firings for a

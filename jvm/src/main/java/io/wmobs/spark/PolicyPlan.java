@@ -338,7 +338,7 @@ final class PolicyPlan {
     return lit(null).cast(type);
   }
 
-  /** Everything the policy observes, one aggregate ({@code _observe._jvm_observation}). */
+  /** Everything the policy observes, one aggregate ({@code _jvm/_observe.observation}). */
   private static Column observation(PolicyOptions options, boolean deadLetters) {
     boolean queueing = options.distributions() && options.arrivalTime() != null;
     boolean substreams = options.substreamBy() != null;

@@ -18,8 +18,9 @@ import org.apache.spark.sql.types.DataTypes;
 /**
  * A time policy's stateless rules, row by row: invalid time, early and late arrival, and (for
  * the global policy) out of order against the micro-batch's watermark. The JVM engine's copy of
- * the rules; the Python engine's are Column expressions ({@code wmobs/policy/_arrival.py} and
- * {@code _ordering.py}), and both answer to the reference cases in {@code tests/reference/}.
+ * the rules; the Python engine's are Column expressions ({@code
+ * wmobs/policy/_python/_rules.py}), and both answer to the reference cases in {@code
+ * tests/reference/}.
  *
  * <p>Every value is a long, µs unless named ms, with {@link #NULL} for SQL's null: the row's
  * event and arrival times (null: unparseable; no arrival column), the batch's watermark and

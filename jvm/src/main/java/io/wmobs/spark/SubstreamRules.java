@@ -7,7 +7,7 @@ import java.util.Map;
 /**
  * Substreams' per-key rules, without Spark: the out-of-order judge, the TTL and the idle
  * clocks over one partition's rows and the state of their keys ({@code
- * wmobs/policy/_substream_judge.py} is the Python engine's copy; both answer to {@code
+ * wmobs/policy/_python/_substream_judge.py} is the Python engine's copy; both answer to {@code
  * tests/reference/}).
  *
  * <p>Per key, in arrival order (ties keep input order): the key's watermark is the largest

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from wmobs.policy._context import substream_files
 from wmobs.policy._storage import Location, Storage
 
 __all__ = ["BUCKETS", "KeyState", "StateStore", "file_name", "state_directory"]
@@ -30,7 +31,7 @@ file names its buckets as the bits of a 64-bit number)."""
 
 def state_directory(policy_name: str) -> str:
     """Where a policy's substream state lives, relative to the query's checkpoint."""
-    return f"wmobs/substreams/{policy_name}/{BUCKETS}"
+    return f"{substream_files(policy_name)}/{BUCKETS}"
 
 
 def _empty() -> npt.NDArray[np.int64]:

@@ -9,8 +9,8 @@ once with NumPy, no per-row or per-key Python loop (the tests compare it with th
 event-at-a-time definition). :func:`judge_partition` adds what one micro-batch does to the
 state of its keys (TTL, last seen, idle clocks: :func:`advance_idle`).
 
-The state these functions work on is :class:`~wmobs.policy._substream_state.KeyState`; the
-``mapInArrow`` stage that feeds them is :mod:`wmobs.policy._substream_stage`.
+The state these functions work on is :class:`~wmobs.policy._python._substream_state.KeyState`; the
+``mapInArrow`` stage that feeds them is :mod:`wmobs.policy._python._substream_stage`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from wmobs.policy._idle import advance
-from wmobs.policy._substream_state import KeyState
+from wmobs.policy._python._idle import advance
+from wmobs.policy._python._substream_state import KeyState
 
 __all__ = [
     "NONE",
@@ -203,7 +203,7 @@ def _find(
 
 
 def advance_idle(state: KeyState, *, now_ms: int, timeout_ms: int) -> tuple[int, int] | None:
-    """The idle-timeout rule (:func:`wmobs.policy._idle.advance`) on every key, in place:
+    """The idle-timeout rule (:func:`wmobs.policy._python._idle.advance`) on every key, in place:
     every key idle for ``timeout_ms`` has its clock moved on. ``(largest moved timestamp µs,
     firings)``, or ``None`` when no clock moved."""
     clocks = advance(

@@ -1,4 +1,5 @@
-"""The idle-timeout heartbeat: a streaming Python data source (see :mod:`wmobs.policy._idle`).
+"""The Python engine's idle-timeout heartbeat: a streaming Python data source (see
+:mod:`wmobs.policy._python._idle`).
 
 On the driver, ``latestOffset`` decides whether a tick is due (globally: only once the query
 has been idle for the timeout, judged from its offsets log; with substreams: every check
@@ -18,8 +19,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from wmobs.policy._checkpoint import parse_offsets, task_batch_times, task_micro_batch
-from wmobs.policy._idle import (
+from wmobs.policy._python._checkpoint import parse_offsets, task_batch_times, task_micro_batch
+from wmobs.policy._python._idle import (
     TICK,
     InputActivity,
     global_synthetic,
@@ -27,8 +28,8 @@ from wmobs.policy._idle import (
     quiet_only,
     read_input,
 )
+from wmobs.policy._python._watermark_source import NamedSource
 from wmobs.policy._storage import Storage
-from wmobs.policy._watermark_source import NamedSource
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "IdleHeartbeatSource"]
 

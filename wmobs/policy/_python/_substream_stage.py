@@ -1,8 +1,8 @@
 """Substreams, the stage: the ``mapInArrow`` function over rows partitioned by key bucket.
 
 Spark shuffles the rows by key bucket (``pmod(key, BUCKETS)``); each task loads the state of
-its buckets (:mod:`wmobs.policy._substream_state`), judges all its rows at once
-(:func:`wmobs.policy._substream_judge.judge_partition`), stores the state back (one file)
+its buckets (:mod:`wmobs.policy._python._substream_state`), judges all its rows at once
+(:func:`wmobs.policy._python._substream_judge.judge_partition`), stores the state back (one file)
 and yields the rows with their system timestamps and verdicts.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wmobs.policy._checkpoint import task_micro_batch
-from wmobs.policy._idle import HEARTBEAT
+from wmobs.policy._python._checkpoint import task_micro_batch
+from wmobs.policy._python._substream_judge import SubstreamConfig, judge_partition
+from wmobs.policy._python._substream_state import BUCKETS, KeyState, StateStore
 from wmobs.policy._storage import Storage
-from wmobs.policy._substream_judge import SubstreamConfig, judge_partition
-from wmobs.policy._substream_state import BUCKETS, KeyState, StateStore
+from wmobs.policy._verdicts import HEARTBEAT
 
 __all__ = ["Columns", "substream_stage"]
 

@@ -22,6 +22,9 @@ Spark Connect too:
 - ``wmobs_row_pack``, ``wmobs_row_unpack``, ``wmobs_row_place``: a row's columns as one
   value, and its place in its partition, for substreams' stateful operator.
 
+Its streaming source ``io.wmobs.spark.IdleHeartbeat`` (:data:`HEARTBEAT_SOURCE`) is the
+idle-timeout heartbeat.
+
 A classic session started without the extension gets it from :func:`load` (the JAR added to
 the driver's class loader and to the executors', the functions registered in the session):
 what :mod:`wmobs.policy._engine` does when a policy is applied.
@@ -40,6 +43,7 @@ from typing import Any
 
 __all__ = [
     "EXTENSIONS",
+    "HEARTBEAT_SOURCE",
     "LINES",
     "JarError",
     "batch_time",
@@ -62,7 +66,9 @@ EXTENSIONS = "io.wmobs.spark.WmobsExtensions"
 LINES: dict[str, str] = {"3.5": "2.12", "4.0": "2.13", "4.1": "2.13", "4.2": "2.13", "4.3": "2.13"}
 """The Spark lines wmobs' JAR is built for, and each one's Scala version."""
 VERSION_FUNCTION = "wmobs_version"
-_HOME = Path(__file__).resolve().parent.parent / "_jars"
+HEARTBEAT_SOURCE = "io.wmobs.spark.IdleHeartbeat"
+"""The format of the extension's idle-timeout heartbeat source (``IdleHeartbeat.java``)."""
+_HOME = Path(__file__).resolve().parents[2] / "_jars"
 _LOADED = threading.Lock()
 
 

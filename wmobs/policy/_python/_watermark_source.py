@@ -1,7 +1,7 @@
 """A one-row batch data source: the watermark and timestamp of the running micro-batch.
 
 Spark exposes the watermark to no SQL expression, but writes it into the query's checkpoint
-before a micro-batch runs (:mod:`wmobs.policy._checkpoint`). Cross-joined (broadcast) into a
+before a micro-batch runs (:mod:`wmobs.policy._python._checkpoint`). Cross-joined (broadcast) into a
 streaming plan, this source is read anew in every micro-batch, in one small Python task that
 sees the batch id as a task-local property, so the global time policy judges rows against the
 exact batch watermark with no Python per row.
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from wmobs.policy._checkpoint import task_batch_times
+from wmobs.policy._python._checkpoint import task_batch_times
 from wmobs.policy._storage import Storage
 
 __all__ = ["SCHEMA", "SOURCE_NAME", "NamedSource", "WatermarkSource"]

@@ -1,10 +1,11 @@
-"""The one reader of what Spark writes into a query's checkpoint, and of where a task runs.
+"""The Python engine's one reader of what Spark writes into a query's checkpoint (the JVM
+engine's is ``BatchTimes.java``).
 
 Spark writes ``<checkpoint>/offsets/<batchId>`` before micro-batch ``batchId`` runs: a version
 line, a JSON line with ``batchWatermarkMs`` and ``batchTimestampMs``, then one line per source
 with the offset that batch reads up to (``-`` for none). ``<checkpoint>/metadata`` holds the
 query's id. Python tasks of a micro-batch see its id, the query's id and (for a named query)
-its name as local properties of the task.
+its name as local properties of the task (:mod:`wmobs.policy._task`).
 
 Everything wmobs reads beside Spark goes through :mod:`wmobs.policy._storage`, so the
 checkpoint may be on any filesystem it knows. Importing this module does not import PySpark.
@@ -18,6 +19,7 @@ from typing import Any, NamedTuple
 
 from wmobs._spark import is_relative
 from wmobs.policy._storage import Storage
+from wmobs.policy._task import task_properties
 
 __all__ = [
     "BatchTimes",
@@ -26,10 +28,8 @@ __all__ = [
     "TaskMicroBatch",
     "parse_offsets",
     "read_batch_times",
-    "task_batch_id",
     "task_batch_times",
     "task_micro_batch",
-    "task_query_id",
 ]
 
 _HINT = (
@@ -122,27 +122,6 @@ def no_offsets_entry(base: str, batch_id: int, query_id: str) -> str:
     )
 
 
-def _task_properties() -> dict[str, Any]:
-    """The local properties of the running Spark task (empty outside a task)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return dict(getattr(context, "_localProperties", None) or {})
-
-
-def task_batch_id() -> int | None:
-    """The micro-batch the running task belongs to; ``None`` outside a streaming batch."""
-    batch = _task_properties().get("streaming.sql.batchId")
-    return None if batch is None else int(batch)
-
-
-def task_query_id() -> str | None:
-    """The id of the query the running task belongs to (kept in its checkpoint, the same
-    across restarts from it); ``None`` outside a streaming query."""
-    found = _task_properties().get("sql.streaming.queryId")
-    return None if found is None else str(found)
-
-
 def _resolve_checkpoint(configured: str, props: dict[str, Any], relative_to: str) -> str:
     """``configured``, or a named query's below the session's root; a relative root against
     ``relative_to``, the driver's working directory (where Spark resolved it), not the task's.
@@ -174,7 +153,7 @@ def task_micro_batch(configured_checkpoint: str, relative_to: str = "") -> TaskM
     """Inside a Spark task of a micro-batch: which one, and the query's checkpoint (the
     configured one, or found for a named query, a relative session root against
     ``relative_to``); ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
-    props = _task_properties()
+    props = task_properties()
     batch = props.get("streaming.sql.batchId")
     if batch is None:
         return None

@@ -42,16 +42,13 @@ import numpy as np
 import numpy.typing as npt
 
 from wmobs.observations import IDLE_TICK
-from wmobs.policy._checkpoint import parse_offsets
+from wmobs.policy._python._checkpoint import parse_offsets
 
 __all__ = [
-    "HEARTBEAT",
-    "REAL",
     "TICK",
     "Clocks",
     "InputActivity",
     "advance",
-    "default_check_interval_ms",
     "global_synthetic",
     "idle_jump_ms",
     "next_tick",
@@ -67,15 +64,6 @@ AVAILABLE_NOW = "available_now"
 """In a tick made by a ``Trigger.AvailableNow`` run: it then moves no clock of substreams in a
 micro-batch that read input, as a global tick never does (journaled in the offsets log, so a
 batch run again decides the same)."""
-REAL = -1
-"""The idle column of a real row; synthetic rows carry their firings (>= 0)."""
-HEARTBEAT = -2
-"""The idle column of a heartbeat row on its way into the substreams' stateful operator."""
-
-
-def default_check_interval_ms(timeout_ms: int) -> int:
-    """How often the heartbeat looks: a quarter of the timeout, within [100 ms, 5 s]."""
-    return int(min(max(timeout_ms // 4, 100), 5_000))
 
 
 def next_tick(
@@ -208,7 +196,7 @@ def _batch_ids(names: Iterable[str]) -> list[int]:
 class InputActivity:
     """When the query last had input, from its offsets log (``<checkpoint>/offsets/<id>``).
 
-    Each file is parsed by :func:`wmobs.policy._checkpoint.parse_offsets`: a batch had input
+    Each file is parsed by :func:`wmobs.policy._python._checkpoint.parse_offsets`: a batch had input
     when a source other than the heartbeat moved its offset. Files are read once each, as they
     appear; the log is short (Spark keeps about 100 batches).
     """
