@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from wmobs.policy._context import Context
 from wmobs.policy._deadletter import DeadLetter
 from wmobs.policy._jvm import _extension
+from wmobs.policy._jvm._specs import DeadLettersSpec
 from wmobs.policy._verdicts import DROP_POLICIES, DROPPED_BITS, VERDICT
 
 if TYPE_CHECKING:
@@ -54,7 +55,9 @@ def dead_letter_writer(
 
     assert sink.directory is not None
     rename = rename or {}
-    spec = {"directory": sink.directory, "rules": [list(p) for p in rule_bits], "policy": policy}
+    spec = DeadLettersSpec(
+        directory=sink.directory, rules=[list(p) for p in rule_bits], policy=policy
+    )
     row = F.struct(*[F.col(f"`{c}`").alias(rename.get(c, c)) for c in columns])
     return _extension.dead_letters(spec, row, F.col(verdict_column).cast("long"))
 

@@ -39,7 +39,15 @@ import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wmobs.policy._jvm._specs import (
+        DeadLettersSpec,
+        JudgeSpec,
+        ObservationSpec,
+        SubstreamsSpec,
+    )
 
 __all__ = [
     "EXTENSIONS",
@@ -259,11 +267,12 @@ def _has_method(obj: Any, name: str) -> bool:
 # ---- calls by name ------------------------------------------------------------------------
 
 
-def call(function: str, spec: Mapping[str, Any] | str, *arguments: Any) -> Any:
-    """A Column calling wmobs' ``function`` with ``spec`` (JSON, or text as is) first."""
+def call(function: str, spec: Any, *arguments: Any) -> Any:
+    """A Column calling wmobs' ``function`` with ``spec`` first: its dataclass
+    (:mod:`wmobs.policy._jvm._specs`) or a mapping as JSON, a string as it is."""
     from pyspark.sql import functions as F
 
-    text = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+    text = spec if isinstance(spec, str) else json.dumps(_specs_dict(spec), sort_keys=True)
     return F.call_function(function, F.lit(text), *arguments)
 
 
@@ -274,24 +283,30 @@ def batch_time(checkpoint: str, *, watermark: bool) -> Any:
     return call(name, checkpoint)
 
 
-def judge(spec: Mapping[str, Any], *times: Any) -> Any:
+def _specs_dict(spec: Any) -> Mapping[str, Any]:
+    from wmobs.policy._jvm._specs import to_dict
+
+    return spec if isinstance(spec, Mapping) else to_dict(spec)
+
+
+def judge(spec: JudgeSpec, *times: Any) -> Any:
     """``PolicyRules``: the field of a row's judgement that ``spec`` names, from its event and
     arrival times (µs) and the batch's watermark and timestamp (ms)."""
     return call("wmobs_judge", spec, *times)
 
 
-def observation(spec: Mapping[str, Any], *arguments: Any) -> Any:
+def observation(spec: ObservationSpec, *arguments: Any) -> Any:
     """``ObservationAggregate``: everything a policy observes, one aggregate (JSON text)."""
     return call("wmobs_policy_observation", spec, *arguments)
 
 
-def dead_letters(spec: Mapping[str, Any], row: Any, verdict: Any) -> Any:
+def dead_letters(spec: DeadLettersSpec, row: Any, verdict: Any) -> Any:
     """``DeadLetterWriter``: writes the dropped ``row`` (a struct of its columns) with the rule
     its ``verdict`` gives to its task's Parquet file, by Spark's Parquet writer; false."""
     return call("wmobs_dead_letters", spec, row, verdict)
 
 
-def substreams(df: Any, spec: Mapping[str, Any]) -> Any:
+def substreams(df: Any, spec: SubstreamsSpec) -> Any:
     """``df`` judged per key by ``Substreams.java`` (``spec`` as it documents): a plan with
     Spark's ``flatMapGroupsWithState``, whose state the query keeps in its state store. The
     output: ``df``'s columns without the key and the arrival time, then the three that
@@ -303,8 +318,8 @@ def substreams(df: Any, spec: Mapping[str, Any]) -> Any:
     from wmobs._spark import is_connect
 
     if is_connect(df.sparkSession):
-        full = {**spec, "columns": df.columns}
+        full = {**_specs_dict(spec), "columns": df.columns}
         return df.select(call("wmobs_substreams", full, *[F.col(f"`{c}`") for c in df.columns]))
-    text = json.dumps(spec, sort_keys=True)
+    text = json.dumps(_specs_dict(spec), sort_keys=True)
     jdf = df.sparkSession._jvm.io.wmobs.spark.Substreams.judge(df._jdf, text)
     return DataFrame(jdf, df.sparkSession)

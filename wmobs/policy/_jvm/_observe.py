@@ -20,6 +20,7 @@ from wmobs.observations import (
 )
 from wmobs.policy._context import Context
 from wmobs.policy._jvm import _extension
+from wmobs.policy._jvm._specs import HistogramSpec, KeptSpec, ObservationSpec, QueueingSpec
 from wmobs.policy._observe import JOINT_HISTOGRAMS, counted, queueing
 from wmobs.policy._verdicts import (
     DELAY,
@@ -58,32 +59,32 @@ def observation(ctx: Context, staged: DataFrame, dead_letters: bool) -> tuple[Da
     by row."""
     from pyspark.sql import functions as F
 
-    spec = {
-        "counts": counted(ctx),
-        "dropped_bits": DROPPED_BITS,
-        "dead_letters": DEAD_LETTER_COLUMN if dead_letters else None,
-        "firings": IDLE_TIMEOUT_COLUMN if ctx.idle else None,
-        "watermark": INPUT_WATERMARK_COLUMN,
-        "event_time": INPUT_EVENT_TIME_COLUMN,
-        "tolerance_us": ctx.tolerances.watermark_delay_us,
-        "histogram": {
-            "buckets": joint_histogram_column(JOINT_HISTOGRAMS),
-            "sums": [histogram_sum_column(h) for h in JOINT_HISTOGRAMS],
-            "bounds": [bounds_us(h) for h in JOINT_HISTOGRAMS],
-        }
+    spec = ObservationSpec(
+        counts=[list(c) for c in counted(ctx)],
+        dropped_bits=DROPPED_BITS,
+        dead_letters=DEAD_LETTER_COLUMN if dead_letters else None,
+        firings=IDLE_TIMEOUT_COLUMN if ctx.idle else None,
+        watermark=INPUT_WATERMARK_COLUMN,
+        event_time=INPUT_EVENT_TIME_COLUMN,
+        tolerance_us=ctx.tolerances.watermark_delay_us,
+        histogram=HistogramSpec(
+            buckets=joint_histogram_column(JOINT_HISTOGRAMS),
+            sums=[histogram_sum_column(h) for h in JOINT_HISTOGRAMS],
+            bounds=[bounds_us(h) for h in JOINT_HISTOGRAMS],
+        )
         if ctx.distributions
         else None,
-        "queueing": {
-            "buckets": histogram_buckets_column("queueing_delay"),
-            "sum": histogram_sum_column("queueing_delay"),
-            "bounds": bounds_us("queueing_delay"),
-        }
+        queueing=QueueingSpec(
+            buckets=histogram_buckets_column("queueing_delay"),
+            sum=histogram_sum_column("queueing_delay"),
+            bounds=bounds_us("queueing_delay"),
+        )
         if queueing(ctx)
         else None,
-        "spread": SUBSTREAM_SPREAD_COLUMN if ctx.substream_by is not None else None,
+        spread=SUBSTREAM_SPREAD_COLUMN if ctx.substream_by is not None else None,
         # Each task's counts, kept until Spark commits the micro-batch (KeptCounts.java).
-        "kept": {"checkpoint": ctx.checkpoint or "", "directory": kept_directory(ctx.name)},
-    }
+        kept=KeptSpec(checkpoint=ctx.checkpoint or "", directory=kept_directory(ctx.name)),
+    )
     arguments = [
         F.col(VERDICT),
         F.col(TS),

@@ -7,11 +7,13 @@ both answer to the reference cases in ``tests/reference/``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import TYPE_CHECKING
 
 from wmobs.policy._columns import arrival_micros, event_micros, replace
 from wmobs.policy._context import Context
 from wmobs.policy._jvm import _extension
+from wmobs.policy._jvm._specs import JudgeSpec
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
@@ -55,22 +57,23 @@ def judge(ctx: Context, df: DataFrame, *, out_of_order: bool) -> DataFrame:
     fields = {TS: "system", VERDICT: "verdict", DELAY: "delay", QUEUE: "queue"}
     fields |= {LATENESS: "lateness"} if out_of_order else {ARRIVAL: "arrival"}
     judged = {
-        column: _extension.judge({**spec, "field": f}, *times) for column, f in fields.items()
+        column: _extension.judge(dataclasses.replace(spec, field=f), *times)
+        for column, f in fields.items()
     }
     out = replace(staged, judged).drop(WATERMARK, BATCH_TIME)
     return out.drop(ARRIVAL) if out_of_order else out
 
 
-def _rules_spec(ctx: Context, out_of_order: bool) -> dict[str, Any]:
+def _rules_spec(ctx: Context, out_of_order: bool) -> JudgeSpec:
     """The settings of ``PolicyRules``: the tolerances (µs), actions and verdict bits."""
     tolerances = ctx.tolerances
     early = ctx.early_arrival_action
-    return {
-        "early_arrival_us": tolerances.early_arrival_us if early is not None else None,
-        "early_arrival_drop": early == "drop",
-        "late_arrival_us": tolerances.late_arrival_us,
-        "late_arrival_drop": ctx.late_arrival_action == "drop",
-        "out_of_order_us": tolerances.out_of_order_us if out_of_order else None,
-        "out_of_order_drop": ctx.out_of_order_action == "drop",
-        "bits": [[rule, action, bit] for (rule, action), bit in VERDICT_BITS.items()],
-    }
+    return JudgeSpec(
+        early_arrival_us=tolerances.early_arrival_us if early is not None else None,
+        early_arrival_drop=early == "drop",
+        late_arrival_us=tolerances.late_arrival_us,
+        late_arrival_drop=ctx.late_arrival_action == "drop",
+        out_of_order_us=tolerances.out_of_order_us if out_of_order else None,
+        out_of_order_drop=ctx.out_of_order_action == "drop",
+        bits=[[rule, action, bit] for (rule, action), bit in VERDICT_BITS.items()],
+    )

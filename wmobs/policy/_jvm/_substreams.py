@@ -10,6 +10,7 @@ from wmobs.policy._context import Context, substream_files
 from wmobs.policy._heartbeat import default_check_interval_ms, heartbeat
 from wmobs.policy._jvm import _extension
 from wmobs.policy._jvm._rules import judge
+from wmobs.policy._jvm._specs import SubstreamsSpec
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BATCH_TIME,
@@ -46,12 +47,12 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
     staged = judge(ctx, partitioned, out_of_order=False).drop(WATERMARK, BATCH_TIME)
     drop = ctx.out_of_order_action == "drop"
     interval_us = tolerances.idle_check_interval_us
-    spec = {
-        "tolerance_us": tolerances.out_of_order_us,
-        "drop": drop,
-        "ttl_ms": None if ttl_us is None else max(1, ttl_us // 1000),
-        "idle_timeout_ms": None if idle_us is None else idle_us // 1000,
-        "check_interval_ms": (
+    spec = SubstreamsSpec(
+        tolerance_us=tolerances.out_of_order_us,
+        drop=drop,
+        ttl_ms=None if ttl_us is None else max(1, ttl_us // 1000),
+        idle_timeout_ms=None if idle_us is None else idle_us // 1000,
+        check_interval_ms=(
             None
             if idle_us is None
             else (
@@ -60,17 +61,17 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
                 else max(1, interval_us // 1000)
             )
         ),
-        "candidate_bits": DROPPED_BITS,
-        "ooo_bit": OOO_DROPPED if drop else OOO_ADJUSTED,
-        "key": KEY,
-        "ts": TS,
-        "arrival": ARRIVAL,
-        "verdict": VERDICT,
-        "idle": IDLE if ctx.idle else None,
-        "appended": appended,
-        "checkpoint": ctx.checkpoint or "",
-        "files": substream_files(ctx.name),
-    }
+        candidate_bits=DROPPED_BITS,
+        ooo_bit=OOO_DROPPED if drop else OOO_ADJUSTED,
+        key=KEY,
+        ts=TS,
+        arrival=ARRIVAL,
+        verdict=VERDICT,
+        idle=IDLE if ctx.idle else None,
+        appended=list(appended),
+        checkpoint=ctx.checkpoint or "",
+        files=substream_files(ctx.name),
+    )
     judged: DataFrame = _extension.substreams(staged, spec)
     return judged
 

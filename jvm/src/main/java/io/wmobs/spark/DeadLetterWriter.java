@@ -66,9 +66,9 @@ public final class DeadLetterWriter implements Serializable {
   private static final long serialVersionUID = 1L;
   /** (task attempt, spec) -> the file it is writing: one per policy in a task. */
   private static final Map<List<Object>, TaskFile> OPEN = new ConcurrentHashMap<>();
-  private static final Set<String> MEMBERS = Set.of("directory", "rules", "policy");
+  static final Set<String> MEMBERS = Set.of("directory", "rules", "policy");
   /** Members a spec may have beyond those: the arguments' names of a call by name. */
-  private static final Set<String> OPTIONAL = Set.of("columns");
+  static final Set<String> OPTIONAL = Set.of("columns");
   /** The columns appended to the dropped rows' own. */
   static final String RULE = "wmobs_rule";
   static final String POLICY = "wmobs_policy";

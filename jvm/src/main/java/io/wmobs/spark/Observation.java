@@ -13,6 +13,8 @@ import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.Arrays;
 import java.util.BitSet;
+import java.util.List;
+import java.util.Set;
 
 /**
  * Everything a time policy observes in one micro-batch, counted without Spark: the verdict
@@ -86,8 +88,27 @@ public final class Observation implements Serializable {
   /** The name it is registered under, shown in plans. */
   private final String name;
 
+  /** A spec's members (wmobs/policy/_jvm/_specs.py's {@code ObservationSpec}), and theirs. */
+  static final Set<String> MEMBERS =
+      Set.of(
+          "counts", "dropped_bits", "dead_letters", "firings", "watermark", "event_time",
+          "tolerance_us", "histogram", "queueing", "spread", "kept");
+
+  static final Set<String> HISTOGRAM = Set.of("buckets", "sums", "bounds");
+  static final Set<String> QUEUEING = Set.of("buckets", "sum", "bounds");
+  static final Set<String> KEPT = Set.of("checkpoint", "directory");
+
   Observation(JsonNode spec, String name) {
     this.name = name;
+    Spec.members(name, spec, MEMBERS, Set.of());
+    for (String nested : List.of("histogram", "queueing", "kept")) {
+      JsonNode member = spec.get(nested);
+      if (!member.isNull()) {
+        Set<String> members =
+            nested.equals("histogram") ? HISTOGRAM : nested.equals("queueing") ? QUEUEING : KEPT;
+        Spec.members(name + "'s " + nested, member, members, Set.of());
+      }
+    }
     JsonNode counts = spec.get("counts");
     countColumns = new String[counts.size()];
     countBits = new long[counts.size()];

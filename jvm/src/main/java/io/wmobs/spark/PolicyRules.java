@@ -5,6 +5,7 @@ import java.io.Serializable;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.Objects;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -113,6 +114,12 @@ public final class PolicyRules implements Serializable {
    * {@code late_arrival_us}, {@code late_arrival_drop}, {@code out_of_order_us} (null: per key),
    * {@code out_of_order_drop}, {@code bits} ({@code [[rule, action, bit], ...]}).
    */
+  /** A {@code wmobs_judge} spec's members (wmobs/policy/_jvm/_specs.py's {@code JudgeSpec}). */
+  static final Set<String> MEMBERS =
+      Set.of(
+          "early_arrival_us", "early_arrival_drop", "late_arrival_us", "late_arrival_drop",
+          "out_of_order_us", "out_of_order_drop", "bits", "field");
+
   static PolicyRules of(JsonNode spec) {
     Map<String, Integer> bits = new HashMap<>();
     for (JsonNode bit : spec.path("bits")) {
@@ -208,6 +215,7 @@ public final class PolicyRules implements Serializable {
    */
   static Expression build(String name, List<Expression> arguments) {
     JsonNode spec = Spec.json(name, arguments);
+    Spec.members(name, spec, MEMBERS, Set.of());
     List<Expression> rest = Spec.rest(arguments);
     Spec.arity(name, rest, 4);
     Field field = Field.named(spec.path("field").asText(""));

@@ -85,13 +85,13 @@ public final class Substreams {
       String checkpoint,
       String files)
       implements Serializable {
-    private static final Set<String> MEMBERS =
+    static final Set<String> MEMBERS =
         Set.of(
             "tolerance_us", "drop", "ttl_ms", "idle_timeout_ms", "check_interval_ms",
             "candidate_bits", "ooo_bit", "key", "ts", "arrival", "verdict", "idle", "appended",
             "checkpoint", "files");
     /** Members a spec may have beyond those: the arguments' names of a call by name. */
-    private static final Set<String> OPTIONAL = Set.of("columns");
+    static final Set<String> OPTIONAL = Set.of("columns");
 
     static Settings parse(String text) {
       JsonNode spec;

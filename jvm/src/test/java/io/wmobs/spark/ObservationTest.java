@@ -24,7 +24,8 @@ class ObservationTest {
             + buckets.get("lateness").get("bounds_us") + "]},"
             + " \"queueing\": {\"buckets\": \"hist:queueing_delay:buckets\","
             + " \"sum\": \"hist:queueing_delay:sum_us\","
-            + " \"bounds\": " + buckets.get("queueing_delay").get("bounds_us") + "}}";
+            + " \"bounds\": " + buckets.get("queueing_delay").get("bounds_us") + "},"
+            + " \"spread\": null, \"kept\": null}";
     return Observation.of(JSON.readTree(spec), "wmobs_policy_observation");
   }
 
@@ -177,7 +178,8 @@ class ObservationTest {
   void theSpreadOfSubstreamsIsTheFastestMinusTheSlowestOverPartitions() throws Exception {
     String spec =
         "{\"counts\": [], \"dropped_bits\": 85, \"watermark\": \"w\", \"event_time\": \"e\","
-            + " \"tolerance_us\": 0, \"spread\": \"substream_spread_us\"}";
+            + " \"tolerance_us\": 0, \"spread\": \"substream_spread_us\", \"dead_letters\": null,"
+            + " \"firings\": null, \"histogram\": null, \"queueing\": null, \"kept\": null}";
     Observation observation = Observation.of(JSON.readTree(spec), "wmobs_policy_observation");
     assertEquals(6, observation.arity()); // verdict, ts, event, idle, slowest, fastest
     Observation.State[] parts = {observation.zero(), observation.zero()};

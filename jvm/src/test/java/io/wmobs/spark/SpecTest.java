@@ -36,4 +36,44 @@ class SpecTest {
         IllegalArgumentException.class,
         () -> Spec.members("f", JSON.readTree("[1]"), required, Set.of()));
   }
+
+  /** The members each parser reads, as the Python side's dataclasses write them. */
+  @Test
+  void everySpecHasTheMembersPythonWrites() throws Exception {
+    com.fasterxml.jackson.databind.JsonNode reference = ReferenceTest.load("jvm_specs.json");
+    java.util.Map<String, Set<String>[]> parsers =
+        java.util.Map.of(
+            "wmobs_judge", sets(PolicyRules.MEMBERS, Set.of()),
+            "wmobs_policy_observation", sets(Observation.MEMBERS, Set.of()),
+            "wmobs_substreams", sets(Substreams.Settings.MEMBERS, Substreams.Settings.OPTIONAL),
+            "wmobs_dead_letters", sets(DeadLetterWriter.MEMBERS, DeadLetterWriter.OPTIONAL));
+    java.util.Set<String> listed = new java.util.TreeSet<>();
+    reference.get("specs").fieldNames().forEachRemaining(listed::add);
+    org.junit.jupiter.api.Assertions.assertEquals(new java.util.TreeSet<>(parsers.keySet()), listed);
+    for (String function : listed) {
+      com.fasterxml.jackson.databind.JsonNode spec = reference.get("specs").get(function);
+      org.junit.jupiter.api.Assertions.assertEquals(
+          names(spec.get("members")), parsers.get(function)[0], function);
+      org.junit.jupiter.api.Assertions.assertEquals(
+          names(spec.get("optional")), parsers.get(function)[1], function);
+    }
+    com.fasterxml.jackson.databind.JsonNode nested = reference.get("nested");
+    org.junit.jupiter.api.Assertions.assertEquals(
+        names(nested.get("wmobs_policy_observation.histogram")), Observation.HISTOGRAM);
+    org.junit.jupiter.api.Assertions.assertEquals(
+        names(nested.get("wmobs_policy_observation.queueing")), Observation.QUEUEING);
+    org.junit.jupiter.api.Assertions.assertEquals(
+        names(nested.get("wmobs_policy_observation.kept")), Observation.KEPT);
+  }
+
+  @SuppressWarnings("unchecked")
+  private static Set<String>[] sets(Set<String> members, Set<String> optional) {
+    return new Set[] {new java.util.TreeSet<>(members), new java.util.TreeSet<>(optional)};
+  }
+
+  private static Set<String> names(com.fasterxml.jackson.databind.JsonNode list) {
+    Set<String> found = new java.util.TreeSet<>();
+    list.forEach(name -> found.add(name.asText()));
+    return found;
+  }
 }

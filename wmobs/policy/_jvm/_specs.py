@@ -1,0 +1,161 @@
+"""The specs the JVM engine's functions take: one dataclass per function, as its Java side
+parses it (each member by name, an unknown or missing one an error naming it).
+
+A spec is the first argument of a call of wmobs' extension (a JSON string literal), so that
+one function per kind, registered once per session, serves every policy and a Spark Connect
+client calls it by name. Each dataclass here is the contract with one Java parser:
+
+=============================  =================================  ===========================
+function                       dataclass                          parsed by
+=============================  =================================  ===========================
+``wmobs_judge``                :class:`JudgeSpec`                 ``PolicyRules.of``
+``wmobs_policy_observation``   :class:`ObservationSpec`           ``Observation``
+``wmobs_substreams``           :class:`SubstreamsSpec`            ``Substreams.Settings``
+``wmobs_dead_letters``         :class:`DeadLettersSpec`           ``DeadLetterWriter``
+=============================  =================================  ===========================
+
+Every member is written, ``None`` as JSON null. ``tests/reference/jvm_specs.json`` lists each
+function's members as these dataclasses say (:func:`members`); a Python test keeps it so, and a
+JUnit test checks the Java parsers' members against it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = [
+    "SPECS",
+    "DeadLettersSpec",
+    "HistogramSpec",
+    "JudgeSpec",
+    "KeptSpec",
+    "ObservationSpec",
+    "QueueingSpec",
+    "SubstreamsSpec",
+    "members",
+    "to_json",
+]
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """``wmobs_judge``: the rules (tolerances in µs, ``None``: no such rule; actions) and the
+    field of a row's judgement one call returns."""
+
+    early_arrival_us: int | None
+    early_arrival_drop: bool
+    late_arrival_us: int | None
+    late_arrival_drop: bool
+    out_of_order_us: int | None
+    out_of_order_drop: bool
+    bits: list[list[Any]]
+    """``[[rule, action, bit], ...]``: the verdict bits."""
+    field: str = ""
+    """``system``, ``verdict``, ``delay``, ``queue``, ``lateness`` or ``arrival``."""
+
+
+@dataclass(frozen=True)
+class HistogramSpec:
+    """The two joint distributions: the column of their buckets, of their sums, their bounds."""
+
+    buckets: str
+    sums: list[str]
+    bounds: list[list[int]]
+
+
+@dataclass(frozen=True)
+class QueueingSpec:
+    """The queueing delay's distribution: its columns and bounds."""
+
+    buckets: str
+    sum: str
+    bounds: list[int]
+
+
+@dataclass(frozen=True)
+class KeptSpec:
+    """Where each task's counts are kept until Spark commits the micro-batch (``KeptCounts``)."""
+
+    checkpoint: str
+    directory: str
+
+
+@dataclass(frozen=True)
+class ObservationSpec:
+    """``wmobs_policy_observation``: what one aggregate counts, the columns of its JSON."""
+
+    counts: list[list[Any]]
+    """``[[column, bit], ...]``: a count per verdict bit."""
+    dropped_bits: int
+    dead_letters: str | None
+    firings: str | None
+    watermark: str
+    event_time: str
+    tolerance_us: int
+    histogram: HistogramSpec | None
+    queueing: QueueingSpec | None
+    spread: str | None
+    kept: KeptSpec
+
+
+@dataclass(frozen=True)
+class SubstreamsSpec:
+    """``wmobs_substreams``: the per-key judgement (``Substreams.java``)."""
+
+    tolerance_us: int
+    drop: bool
+    ttl_ms: int | None
+    idle_timeout_ms: int | None
+    check_interval_ms: int | None
+    candidate_bits: int
+    ooo_bit: int
+    key: str
+    ts: str
+    arrival: str
+    verdict: str
+    idle: str | None
+    appended: list[str]
+    checkpoint: str
+    files: str
+
+
+@dataclass(frozen=True)
+class DeadLettersSpec:
+    """``wmobs_dead_letters``: where the dropped rows go, the rules' bits, the policy."""
+
+    directory: str
+    rules: list[list[Any]]
+    policy: str
+
+
+SPECS: dict[str, type] = {
+    "wmobs_judge": JudgeSpec,
+    "wmobs_policy_observation": ObservationSpec,
+    "wmobs_substreams": SubstreamsSpec,
+    "wmobs_dead_letters": DeadLettersSpec,
+}
+"""Each JVM function that takes a JSON spec, and its dataclass."""
+
+CALLED_BY_NAME: dict[str, list[str]] = {
+    "wmobs_substreams": ["columns"],
+    "wmobs_dead_letters": ["columns"],
+}
+"""Members a spec has beyond its dataclass's where a Spark Connect client calls the function
+by name (the names of the columns it passes)."""
+
+
+def members(spec: type) -> list[str]:
+    """The members of a spec dataclass, as its JSON has them."""
+    return sorted(f.name for f in fields(spec))
+
+
+def to_dict(spec: Any) -> dict[str, Any]:
+    """``spec`` as the JSON object its function reads (nested specs as objects)."""
+    return asdict(spec)
+
+
+def to_json(spec: Any) -> str:
+    """``spec`` as the JSON text of its function's first argument."""
+    return json.dumps(to_dict(spec), sort_keys=True)
