@@ -234,7 +234,6 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     import wmobs
-    from wmobs.listener._spark_listener import WmobsListener
     from wmobs.testing import local_spark
 
     spark = local_spark("wmobs-bench")
@@ -251,16 +250,13 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     def baseline() -> float:
         return _run_query(spark, work / "in", work / "ckpt", files // 10)
 
-    def attached(stock_bridge: bool = False) -> float:
+    def attached() -> float:
         reader = InMemoryMetricReader()
         provider = MeterProvider(metric_readers=[reader])
 
         def collect(*_: Any) -> None:  # a scrape every batch: more than Prometheus would do
             reader.get_metrics_data()
 
-        original = WmobsListener._jlistener
-        if stock_bridge:
-            WmobsListener._jlistener = StockBridge._jlistener  # type: ignore[method-assign,assignment]
         try:
             with wmobs.attach(
                 spark, meter_provider=provider, prometheus_port=0, on_progress=collect
@@ -269,21 +265,12 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
                 snap = monitor.snapshot(monitor.snapshots()[-1].label)
                 assert snap is not None and monitor.listener.errors == 0
         finally:
-            WmobsListener._jlistener = original  # type: ignore[method-assign]
             provider.shutdown()
         return seconds
-
-    class StockBridge(WmobsListener):
-        @property
-        def _jlistener(self) -> Any:
-            from pyspark.sql.streaming.listener import StreamingQueryListener
-
-            return StreamingQueryListener._jlistener.fget(self)  # type: ignore[attr-defined]
 
     variants: dict[str, Callable[[], float]] = {
         "baseline": baseline,
         "wmobs.attach": attached,
-        "wmobs.attach, stock PySpark bridge": lambda: attached(stock_bridge=True),
     }
     try:
         return _interleaved(variants, runs, rows)
