@@ -17,9 +17,7 @@ import org.apache.parquet.hadoop.ParquetFileWriter;
 import org.apache.parquet.hadoop.ParquetOutputFormat;
 import org.apache.parquet.hadoop.ParquetWriter;
 import org.apache.parquet.hadoop.api.WriteSupport;
-import org.apache.parquet.hadoop.metadata.CompressionCodecName;
 import org.apache.parquet.io.OutputFile;
-import org.apache.parquet.io.PositionOutputStream;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
@@ -287,7 +285,7 @@ public final class DeadLetterWriter implements Serializable {
       batchId = batch == null ? -1 : Long.parseLong(batch);
       appended = new GenericInternalRow(new Object[] {null, UTF8String.fromString(policy), batchId});
       writer =
-          new Builder(new MemoryFile(buffer))
+          new Builder(new ParquetMemoryFile(buffer))
               .withConf(conf)
               .withCompressionCodec(ParquetOutputFormat.getCompression(conf))
               .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
@@ -413,51 +411,6 @@ public final class DeadLetterWriter implements Serializable {
     @Override
     public String prettyName() {
       return name;
-    }
-  }
-
-  /** A Parquet output file in memory. */
-  private static final class MemoryFile implements OutputFile {
-    private final ByteArrayOutputStream buffer;
-
-    MemoryFile(ByteArrayOutputStream buffer) {
-      this.buffer = buffer;
-    }
-
-    @Override
-    public PositionOutputStream create(long blockSizeHint) {
-      return createOrOverwrite(blockSizeHint);
-    }
-
-    @Override
-    public PositionOutputStream createOrOverwrite(long blockSizeHint) {
-      buffer.reset();
-      return new PositionOutputStream() {
-        @Override
-        public long getPos() {
-          return buffer.size();
-        }
-
-        @Override
-        public void write(int b) {
-          buffer.write(b);
-        }
-
-        @Override
-        public void write(byte[] b, int off, int len) {
-          buffer.write(b, off, len);
-        }
-      };
-    }
-
-    @Override
-    public boolean supportsBlockSize() {
-      return false;
-    }
-
-    @Override
-    public long defaultBlockSize() {
-      return 0;
     }
   }
 }

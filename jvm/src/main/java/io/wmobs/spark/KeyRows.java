@@ -28,8 +28,8 @@ final class KeyRows {
   /** How many of a key's rows are sorted on the heap. */
   static final int IN_MEMORY = 4096;
 
-  private static final Comparator<Substreams.In> ORDER =
-      Comparator.comparingLong(Substreams.In::getArrival).thenComparingLong(Substreams.In::getSeq);
+  private static final Comparator<SubstreamBeans.In> ORDER =
+      Comparator.comparingLong(SubstreamBeans.In::getArrival).thenComparingLong(SubstreamBeans.In::getSeq);
 
   private static final StructType SCHEMA =
       new StructType()
@@ -43,8 +43,8 @@ final class KeyRows {
   private KeyRows() {}
 
   /** {@code input}'s rows, sorted. */
-  static Iterator<Substreams.In> sorted(Iterator<Substreams.In> input) {
-    List<Substreams.In> held = new ArrayList<>();
+  static Iterator<SubstreamBeans.In> sorted(Iterator<SubstreamBeans.In> input) {
+    List<SubstreamBeans.In> held = new ArrayList<>();
     while (input.hasNext() && held.size() < IN_MEMORY) {
       held.add(input.next());
     }
@@ -61,7 +61,7 @@ final class KeyRows {
     }
   }
 
-  private static boolean inOrder(List<Substreams.In> rows) {
+  private static boolean inOrder(List<SubstreamBeans.In> rows) {
     for (int i = 1; i < rows.size(); i++) {
       if (ORDER.compare(rows.get(i - 1), rows.get(i)) > 0) {
         return false;
@@ -70,8 +70,8 @@ final class KeyRows {
     return true;
   }
 
-  private static Iterator<Substreams.In> external(
-      List<Substreams.In> held, Iterator<Substreams.In> rest) throws IOException {
+  private static Iterator<SubstreamBeans.In> external(
+      List<SubstreamBeans.In> held, Iterator<SubstreamBeans.In> rest) throws IOException {
     UnsafeExternalRowSorter sorter =
         UnsafeExternalRowSorter.createWithRecordComparator(
             SCHEMA,
@@ -82,7 +82,7 @@ final class KeyRows {
             false);
     UnsafeProjection project = UnsafeProjection.create(SCHEMA);
     GenericInternalRow row = new GenericInternalRow(SCHEMA.length());
-    for (Substreams.In in : held) {
+    for (SubstreamBeans.In in : held) {
       sorter.insertRow(project.apply(fill(row, in)));
     }
     held.clear();
@@ -97,9 +97,9 @@ final class KeyRows {
       }
 
       @Override
-      public Substreams.In next() {
+      public SubstreamBeans.In next() {
         InternalRow sorted = out.next();
-        Substreams.In in = new Substreams.In();
+        SubstreamBeans.In in = new SubstreamBeans.In();
         in.setArrival(sorted.getLong(0));
         in.setSeq(sorted.getLong(1));
         in.setTs(sorted.isNullAt(2) ? null : sorted.getLong(2));
@@ -111,7 +111,7 @@ final class KeyRows {
     };
   }
 
-  private static InternalRow fill(GenericInternalRow row, Substreams.In in) {
+  private static InternalRow fill(GenericInternalRow row, SubstreamBeans.In in) {
     row.update(0, in.getArrival());
     row.update(1, in.getSeq());
     row.update(2, in.getTs());

@@ -4,13 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.ByteArrayInputStream;
-import java.io.ByteArrayOutputStream;
-import java.io.DataInputStream;
-import java.io.DataOutputStream;
-import java.io.IOException;
 import java.io.Serializable;
-import java.io.UncheckedIOException;
 import java.util.Arrays;
 import java.util.BitSet;
 import java.util.List;
@@ -419,79 +413,14 @@ public final class Observation implements Serializable {
     return columns.toString();
   }
 
-  /** A task's state as bytes, for the driver to merge (fixed layout: the spec is the same). */
+  /** A task's state as bytes, for the driver to merge ({@link ObservationBytes}). */
   byte[] serialize(State state) {
-    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-    try (DataOutputStream out = new DataOutputStream(bytes)) {
-      out.writeLong(state.rows);
-      out.writeLong(state.deadLetters);
-      out.writeLong(state.firings);
-      for (long count : state.counts) {
-        out.writeLong(count);
-      }
-      for (long bucket : state.buckets) {
-        out.writeLong(bucket);
-      }
-      for (long bucket : state.queue) {
-        out.writeLong(bucket);
-      }
-      out.writeBoolean(state.hasTs);
-      out.writeLong(state.maxTs);
-      out.writeBoolean(state.hasEvent);
-      out.writeLong(state.maxEvent);
-      for (int i = 0; i < state.sums.length; i++) {
-        out.writeBoolean(state.summed[i]);
-        out.writeDouble(state.sums[i]);
-      }
-      out.writeBoolean(state.spread);
-      out.writeLong(state.slowest);
-      out.writeLong(state.fastest);
-      long[] partitions = state.partitions.toLongArray();
-      out.writeInt(partitions.length);
-      for (long word : partitions) {
-        out.writeLong(word);
-      }
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return bytes.toByteArray();
+    return ObservationBytes.write(state);
   }
 
   State deserialize(byte[] stored) {
     State state = zero();
-    try (DataInputStream in = new DataInputStream(new ByteArrayInputStream(stored))) {
-      state.rows = in.readLong();
-      state.deadLetters = in.readLong();
-      state.firings = in.readLong();
-      for (int i = 0; i < state.counts.length; i++) {
-        state.counts[i] = in.readLong();
-      }
-      for (int i = 0; i < state.buckets.length; i++) {
-        state.buckets[i] = in.readLong();
-      }
-      for (int i = 0; i < state.queue.length; i++) {
-        state.queue[i] = in.readLong();
-      }
-      state.hasTs = in.readBoolean();
-      state.maxTs = in.readLong();
-      state.hasEvent = in.readBoolean();
-      state.maxEvent = in.readLong();
-      for (int i = 0; i < state.sums.length; i++) {
-        state.summed[i] = in.readBoolean();
-        state.sums[i] = in.readDouble();
-      }
-      state.spread = in.readBoolean();
-      state.slowest = in.readLong();
-      state.fastest = in.readLong();
-      long[] partitions = new long[in.readInt()];
-      for (int i = 0; i < partitions.length; i++) {
-        partitions[i] = in.readLong();
-      }
-      state.partitions = BitSet.valueOf(partitions);
-      state.placed = !state.partitions.isEmpty();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
+    ObservationBytes.read(stored, state);
     return state;
   }
 }

@@ -107,7 +107,7 @@ final class PolicyPlan {
 
   /** {@code df} judged by the policy of {@code options} (the columns checked first). */
   static Dataset<Row> apply(Dataset<Row> df, PolicyOptions options) {
-    check(df.schema(), options);
+    PolicyInput.check(df.schema(), options);
     List<String> columns = List.of(df.columns());
     Dataset<Row> staged =
         options.substreamBy() == null ? global(df, options) : substreams(df, options);
@@ -419,75 +419,6 @@ final class PolicyPlan {
       }
     }
     return rules;
-  }
-
-  /** The input's columns as the options need them, each error naming the argument. */
-  static void check(StructType schema, PolicyOptions options) {
-    List<String> names = List.of(schema.fieldNames());
-    String listed = String.join(", ", names);
-    checkColumn(schema, "event_time", options.eventTime(), listed, true);
-    if (options.arrivalTime() != null) {
-      checkColumn(schema, "arrival_time", options.arrivalTime(), listed, false);
-    }
-    for (String key : options.substreamBy() == null ? List.<String>of() : options.substreamBy()) {
-      if (!names.contains(key)) {
-        throw new IllegalArgumentException(
-            "substream_by: column '" + key + "' is not in the input (columns: " + listed + ")");
-      }
-      if (hasMap(schema.apply(key).dataType())) {
-        throw new IllegalArgumentException(
-            "substream_by: column '" + key + "' is " + schema.apply(key).dataType().simpleString()
-                + "; a key cannot hold a map (equal maps may hash apart)");
-      }
-    }
-    if (names.contains(SYSTEM_TIMESTAMP)) {
-      throw new IllegalArgumentException(
-          "wmobs_time_policy: the input already has a 'system_timestamp' column");
-    }
-    for (String name : names) {
-      if (INTERNAL.contains(name)) {
-        throw new IllegalArgumentException(
-            "wmobs_time_policy: column '" + name + "' has a name wmobs uses inside the policy;"
-                + " rename it");
-      }
-    }
-  }
-
-  private static void checkColumn(
-      StructType schema, String argument, String column, String listed, boolean text) {
-    if (!List.of(schema.fieldNames()).contains(column)) {
-      throw new IllegalArgumentException(
-          argument + ": column '" + column + "' is not in the input (columns: " + listed + ")");
-    }
-    DataType type = schema.apply(column).dataType();
-    boolean ok = type instanceof TimestampType || type instanceof TimestampNTZType
-        || (text && type instanceof StringType);
-    if (!ok) {
-      throw new IllegalArgumentException(
-          argument + ": column '" + column + "' is " + type.simpleString() + ", expected "
-              + (text ? "timestamp or string" : "timestamp")
-              + (type instanceof org.apache.spark.sql.types.NumericType
-                  ? "; epoch numbers convert with timestamp_millis, timestamp_micros or"
-                      + " timestamp_seconds"
-                  : ""));
-    }
-  }
-
-  private static boolean hasMap(DataType type) {
-    if (type instanceof MapType) {
-      return true;
-    }
-    if (type instanceof ArrayType array) {
-      return hasMap(array.elementType());
-    }
-    if (type instanceof StructType struct) {
-      for (StructField field : struct.fields()) {
-        if (hasMap(field.dataType())) {
-          return true;
-        }
-      }
-    }
-    return false;
   }
 
   static Column named(String name) {
