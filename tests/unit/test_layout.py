@@ -77,6 +77,16 @@ def test_no_module_of_wmobs_is_over_450_lines() -> None:
     assert not long
 
 
+def test_no_source_file_of_the_extension_is_over_450_lines() -> None:
+    sources = Path(__file__).resolve().parents[2] / "jvm" / "src" / "main"
+    long = {
+        str(path.relative_to(sources)): lines
+        for path in sources.rglob("*.java")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST
+    }
+    assert not long
+
+
 def test_the_imports_of_wmobs_have_no_circle() -> None:
     """Leaving aside a module's import of a package above it (Python has run that first)."""
     graph = _graph()
