@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.ports import free_port
+from tests.ports import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".tools" / "kafka"
@@ -28,12 +28,7 @@ class KafkaBroker:
     log: Path
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=30)
+        stop_process(self.process)
 
 
 def _java() -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.ports import free_port
+from tests.ports import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / ".tools" / "otelcol" / "wmobs-otelcol"
@@ -40,12 +40,7 @@ class Collector:
     log: Path
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=30)
+        stop_process(self.process)
 
     def scrape(self, url: str) -> str:
         with urllib.request.urlopen(url, timeout=10) as response:

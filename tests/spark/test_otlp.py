@@ -24,17 +24,11 @@ from wmobs.listener._traces import PHASES
 from wmobs.testing import parse_metrics
 
 from ._streaming import start_kept, write_rows
+from .cluster_job import WORKED
 from .test_policy_spark import GLOBAL_EXPECTED, SCHEMA, worked_rows
 
 pytestmark = pytest.mark.spark
 
-WORKED = {
-    "event_time": "EventTime",
-    "arrival_time": "ArrivalTime",
-    "early_arrival": "5 minutes",
-    "late_arrival": "5 minutes",
-    "out_of_order": "2 minutes",
-}
 NOW = parse_timestamp("2026-01-01T12:00:00Z") or 0.0
 """The monitors' clock: the gauges computed at a push and at a scrape agree."""
 

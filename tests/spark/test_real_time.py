@@ -17,17 +17,12 @@ import wmobs
 from wmobs import TimePolicy
 
 from ._streaming import wait_until
+from .cluster_job import WORKED as CLUSTER_WORKED
 from .test_kafka import expected, read, send, topic, worked_rows
 
 pytestmark = pytest.mark.spark
 
-WORKED = {
-    "event_time": "EventTime",
-    "arrival_time": "timestamp",
-    "early_arrival": "5 minutes",
-    "late_arrival": "5 minutes",
-    "out_of_order": "2 minutes",
-}
+WORKED = {**CLUSTER_WORKED, "arrival_time": "timestamp"}  # Kafka's timestamp
 
 
 @pytest.fixture(autouse=True)

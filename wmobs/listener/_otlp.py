@@ -116,44 +116,53 @@ def _missing(protocol: str, exc: ImportError) -> ImportError:
     return ImportError(f"OTLP over {protocol} needs its exporter: pip install 'wmobs[{extra}]'")
 
 
-def metric_exporter(endpoint: str | bool, protocol: str) -> Any:
-    """The SDK's OTLP metric exporter for ``endpoint`` (``True``: the standard variables)."""
-    try:
-        if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                OTLPMetricExporter as Grpc,
-            )
+_EXPORTERS = {
+    ("metrics", "grpc"): (
+        "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+        "OTLPMetricExporter",
+    ),
+    ("metrics", "http/protobuf"): (
+        "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+        "OTLPMetricExporter",
+    ),
+    ("traces", "grpc"): (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "OTLPSpanExporter",
+    ),
+    ("traces", "http/protobuf"): (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "OTLPSpanExporter",
+    ),
+}
+"""The SDK's exporter class per (signal, protocol): module and name (imported when used)."""
 
-            if endpoint is True:
-                return Grpc()
-            target, insecure = _grpc_target(str(endpoint))
-            return Grpc(endpoint=target, insecure=insecure)
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-            OTLPMetricExporter as Http,
-        )
+
+def _exporter(signal: str, endpoint: str | bool, protocol: str) -> Any:
+    """The SDK's OTLP exporter of ``signal`` for ``endpoint`` (``True``: the standard
+    variables)."""
+    import importlib
+
+    module, name = _EXPORTERS[(signal, protocol)]
+    try:
+        exporter = getattr(importlib.import_module(module), name)
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise _missing(protocol, exc) from exc
-    return Http() if endpoint is True else Http(endpoint=_http_url(str(endpoint), "metrics"))
+    if endpoint is True:
+        return exporter()
+    if protocol == "grpc":
+        target, insecure = _grpc_target(str(endpoint))
+        return exporter(endpoint=target, insecure=insecure)
+    return exporter(endpoint=_http_url(str(endpoint), signal))
+
+
+def metric_exporter(endpoint: str | bool, protocol: str) -> Any:
+    """The SDK's OTLP metric exporter for ``endpoint`` (``True``: the standard variables)."""
+    return _exporter("metrics", endpoint, protocol)
 
 
 def span_exporter(endpoint: str | bool, protocol: str) -> Any:
     """The SDK's OTLP span exporter for ``endpoint`` (``True``: the standard variables)."""
-    try:
-        if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter as Grpc,
-            )
-
-            if endpoint is True:
-                return Grpc()
-            target, insecure = _grpc_target(str(endpoint))
-            return Grpc(endpoint=target, insecure=insecure)
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter as Http,
-        )
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise _missing(protocol, exc) from exc
-    return Http() if endpoint is True else Http(endpoint=_http_url(str(endpoint), "traces"))
+    return _exporter("traces", endpoint, protocol)
 
 
 class _Quiet(logging.Filter):
