@@ -72,6 +72,8 @@ def bench_event(iterations: int) -> dict[str, float]:
     warm = 100
     # One body per event, batch ids rising: a repeated id is a replayed batch, which the
     # listener logs at INFO; measuring that would measure logging, not the fold.
+    phases = {"latestOffset": 5, "walCommit": 20, "getBatch": 1, "queryPlanning": 30,
+              "addBatch": 180, "commitOffsets": 20, "triggerExecution": 260}  # fmt: skip
     bodies = [
         json.dumps(
             progress_json(
@@ -81,23 +83,48 @@ def bench_event(iterations: int) -> dict[str, float]:
                 state_operators=[state_operator(rows_total=i), state_operator("dedupe")],
                 observed={"wmobs.policy.p": {"rule:late_arrival:adjusted": 3}},
             )
+            | {"durationMs": phases}
         )
         for i in range(warm + iterations)
     ]
-    for body in bodies[:warm]:
-        listener._progress(body)
-    started = time.perf_counter()
-    for body in bodies[warm:]:
-        listener._progress(body)
-    per_event_us = (time.perf_counter() - started) / iterations * 1e6
-    assert listener.errors == 0
+    per_event_us = _fold_events(listener, bodies, warm)
+    # The same events with a trace of every micro-batch (attach(traces=True)): the spans made
+    # in the callback, handed to the SDK's batch processor, exported on its own thread.
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from wmobs.listener._traces import BatchTracer
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    traced = WmobsListener(
+        MetricsRecorder().tracker, [rec.instruments], tracer=BatchTracer(provider)
+    )
+    per_traced_event_us = _fold_events(traced, bodies, warm)
+    provider.shutdown()
     started = time.perf_counter()
     scrapes = 200
     for _ in range(scrapes):
         list(rec.registry.collect())
     per_scrape_us = (time.perf_counter() - started) / scrapes * 1e6
     rec.shutdown()
-    return {"progress_event_us": per_event_us, "scrape_us": per_scrape_us}
+    return {
+        "progress_event_us": per_event_us,
+        "traced_event_us": per_traced_event_us,
+        "scrape_us": per_scrape_us,
+    }
+
+
+def _fold_events(listener: Any, bodies: list[str], warm: int) -> float:
+    """µs per progress event through ``listener``, after ``warm`` events."""
+    for body in bodies[:warm]:
+        listener._progress(body)
+    started = time.perf_counter()
+    for body in bodies[warm:]:
+        listener._progress(body)
+    assert listener.errors == 0
+    return (time.perf_counter() - started) / (len(bodies) - warm) * 1e6
 
 
 def bench_scrape(queries: int, scrapes: int = 50) -> dict[str, float]:
@@ -917,6 +944,7 @@ def main() -> None:
     if args.only in (None, "event"):
         event = bench_event(args.events)
         print(f"one progress event through the listener: {event['progress_event_us']:.1f} µs")
+        print(f"... with a trace of every micro-batch:   {event['traced_event_us']:.1f} µs")
         print(f"one scrape of one query's metrics:       {event['scrape_us']:.1f} µs")
     if args.only in (None, "scrape"):
         scrape = bench_scrape(args.queries)
