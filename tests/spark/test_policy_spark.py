@@ -4,6 +4,7 @@ the exported counts."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -894,18 +895,25 @@ def test_joint_histogram_is_exact_over_many_partitions(spark: Any, counted_by: s
     df = spark.createDataFrame(rows, "delay LONG, lateness LONG").repartition(40)
     values, valid = [F.col("delay"), F.col("lateness")], F.lit(True)
     if counted_by == "jvm":  # the JVM engine's aggregate of a policy's observations, alone
-        spec = {
-            "counts": [],
-            "dropped_bits": 0,
-            "watermark": "w",
-            "event_time": "e",
-            "tolerance_us": 0,
-            "histogram": {
-                "buckets": "hist:arrival_delay*lateness:buckets",
-                "sums": ["hist:arrival_delay:sum_us", "hist:lateness:sum_us"],
-                "bounds": bounds,
-            },
-        }
+        from wmobs.policy._jvm._specs import HistogramSpec, ObservationSpec
+
+        spec = ObservationSpec(
+            counts=[],
+            dropped_bits=0,
+            dead_letters=None,
+            firings=None,
+            watermark="w",
+            event_time="e",
+            tolerance_us=0,
+            histogram=HistogramSpec(
+                buckets="hist:arrival_delay*lateness:buckets",
+                sums=["hist:arrival_delay:sum_us", "hist:lateness:sum_us"],
+                bounds=bounds,
+            ),
+            queueing=None,
+            spread=None,
+            kept=None,
+        )
         nothing = F.lit(None).cast("long")
         arguments = [F.lit(0).cast("long"), nothing, nothing, F.lit(-1).cast("long"), *values]
         counts = [_extension.observation(spec, *arguments).alias("columns")]
@@ -993,7 +1001,10 @@ def test_both_engines_stateless_rules_agree_row_by_row(spark: Any, codegen: bool
         spec = _rules_spec(ctx, out_of_order=True)
         jvm = df.select(
             "id",
-            *[_extension.judge({**spec, "field": f}, *times).alias(c) for c, f in fields.items()],
+            *[
+                _extension.judge(dataclasses.replace(spec, field=f), *times).alias(c)
+                for c, f in fields.items()
+            ],
         )
         with contextlib.nullcontext() if codegen else without_codegen(spark):
             got = sorted(tuple(r) for r in jvm.collect())

@@ -97,7 +97,9 @@ class ObservationSpec:
     histogram: HistogramSpec | None
     queueing: QueueingSpec | None
     spread: str | None
-    kept: KeptSpec
+    kept: KeptSpec | None
+    """Where each task's counts are kept until Spark commits (``None``: not kept, outside a
+    streaming query)."""
 
 
 @dataclass(frozen=True)
