@@ -330,11 +330,11 @@ def attach(
     tracker = Tracker(clock=clock, retention=retention)
     instruments = [Instruments(tracker, meter_provider)]
 
-    from wmobs.listener._otlp import resolve_protocol
-
     private_provider = None
     pushes: list[Any] = []  # wmobs' own OTLP exporters (what flush() reports on)
     if otlp_endpoint:
+        from wmobs.listener._otlp import resolve_protocol
+
         protocol = resolve_protocol(otlp_protocol, "metrics")
         private_provider = _otlp_metrics(tracker, otlp_endpoint, protocol, logger, pushes)
         instruments.append(Instruments(tracker, private_provider))
