@@ -766,9 +766,8 @@ def test_distributions_on_a_random_multi_batch_stream(
     devices, each batch's file in no particular order: both distributions equal an
     event-at-a-time computation, globally (lateness behind the largest system timestamp of the
     earlier batches) and per key (behind the key's, in arrival order); counted by wmobs' JAR
-    and by Spark's aggregates on the Python engine. (With 4,500 rows of one key in a batch, the
-    JVM engine sorts a key's rows in Spark's external sorter, past the 4,096 it sorts on the
-    heap.) ``shape``: per key or not, rows per batch, devices."""
+    and by Spark's aggregates on the Python engine. ``shape``: per key or not, rows per batch,
+    devices (4,500 rows of one key in a batch: one busy key)."""
     per_key, size, devices = shape
     rnd = random.Random(11 + per_key + size)
     late_tolerance = 120  # seconds: late rows are adjusted to arrival - 2 min
@@ -1258,8 +1257,9 @@ def test_a_partition_of_few_keys_is_judged_exactly_when_sorts_spill(
 ) -> None:
     """300 rows of 3 keys in one micro-batch, arrival times tied ten at a time: every key's rows
     are judged in arrival order, ties in the order they came, as an event-at-a-time
-    computation says, also where the JVM engine's sort of the partition spills to disk every 8
-    rows (no task holds its partition on the heap)."""
+    computation says, also where the JVM engine's sorts spill to disk every 8 rows (no task
+    holds its partition on the heap, and a key's rows past 8 go to Spark's external sorter
+    rather than being sorted on the heap)."""
     if engine == "python":
         needs_python_engine(spark)
     rnd = random.Random(5)

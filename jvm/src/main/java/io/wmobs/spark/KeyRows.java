@@ -25,11 +25,21 @@ import org.apache.spark.util.collection.unsafe.sort.RecordComparator;
  * as Spark's own sorts do), so a micro-batch of a few busy keys never holds them on the heap.
  */
 final class KeyRows {
-  /** How many of a key's rows are sorted on the heap. */
-  static final int IN_MEMORY = 4096;
+  /**
+   * How many of a key's rows are sorted on the heap (a few megabytes: a row's columns travel as
+   * one binary value); a key with more in one micro-batch goes to the external sorter.
+   */
+  static final int IN_MEMORY = 1 << 16;
 
+  /** Spark's setting that makes its sorters spill every so many rows (its tests set it). */
+  private static final String SPILL_EVERY = "spark.shuffle.spill.numElementsForceSpillThreshold";
+
+  /** By arrival, then place: two field reads a comparison, no boxing, no lambdas. */
   private static final Comparator<SubstreamBeans.In> ORDER =
-      Comparator.comparingLong(SubstreamBeans.In::getArrival).thenComparingLong(SubstreamBeans.In::getSeq);
+      (a, b) -> {
+        int byArrival = Long.compare(a.getArrival(), b.getArrival());
+        return byArrival != 0 ? byArrival : Long.compare(a.getSeq(), b.getSeq());
+      };
 
   private static final StructType SCHEMA =
       new StructType()
@@ -42,10 +52,20 @@ final class KeyRows {
 
   private KeyRows() {}
 
-  /** {@code input}'s rows, sorted. */
-  static Iterator<SubstreamBeans.In> sorted(Iterator<SubstreamBeans.In> input) {
+  /**
+   * How many of a key's rows this executor sorts on the heap: {@link #IN_MEMORY}, or fewer where
+   * Spark's sorters are told to spill sooner.
+   */
+  static int heapRows() {
+    SparkEnv env = SparkEnv.get();
+    long spillEvery = env == null ? Long.MAX_VALUE : env.conf().getLong(SPILL_EVERY, Long.MAX_VALUE);
+    return (int) Math.min(IN_MEMORY, spillEvery);
+  }
+
+  /** {@code input}'s rows, sorted; past {@code heapRows} of them, by Spark's external sorter. */
+  static Iterator<SubstreamBeans.In> sorted(Iterator<SubstreamBeans.In> input, int heapRows) {
     List<SubstreamBeans.In> held = new ArrayList<>();
-    while (input.hasNext() && held.size() < IN_MEMORY) {
+    while (input.hasNext() && held.size() < heapRows) {
       held.add(input.next());
     }
     if (!input.hasNext()) {

@@ -254,6 +254,8 @@ public final class Substreams {
     /** The largest moved clock a synthetic row of this task carried (one copy per task). */
     private transient long carried = SubstreamRules.NONE;
     private transient boolean checked;
+    /** How many of a key's rows are sorted on the heap ({@link KeyRows#heapRows}). */
+    private transient int heapRows;
 
     Judge(Settings settings, byte[] placeholder, Legacy legacy) {
       this.settings = settings;
@@ -266,6 +268,7 @@ public final class Substreams {
     public Iterator<Out> call(Long key, Iterator<In> rows, GroupState<KeyState> state) {
       if (!checked) {
         legacy.check();
+        heapRows = KeyRows.heapRows();
         checked = true;
       }
       long now = state.getCurrentProcessingTimeMs();
@@ -336,7 +339,7 @@ public final class Substreams {
 
       Rows(long key, long[] clock, long now, Iterator<In> input, GroupState<KeyState> state) {
         this.key = key;
-        this.rows = KeyRows.sorted(input);
+        this.rows = KeyRows.sorted(input, heapRows);
         this.state = state;
         this.now = now;
         this.forgotten = clock == null && state.exists();
