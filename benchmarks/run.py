@@ -328,6 +328,14 @@ def _policy_input(spark: Any, directory: Path, rows: int, files: int) -> str:
 _PROGRESS_KEPT = {"spark.sql.streaming.numRecentProgressUpdates": "1000"}
 """Progress kept per query: a query with an idle timeout runs micro-batches without data too."""
 
+_CONF: dict[str, str] = {}
+"""Spark settings given with ``--conf KEY=VALUE``, for every session the benchmarks start."""
+
+
+def _session_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """``conf`` and the settings given on the command line (which win)."""
+    return {**(conf or {}), **_CONF}
+
 
 def _windowed_count(df: Any, time_column: str, checkpoint: str, rows: int) -> Any:
     """A 10-second windowed count of ``df`` to the ``noop`` sink, run until it has read its
@@ -464,7 +472,7 @@ def bench_policy(
     from wmobs.testing import local_spark
 
     spark = local_spark(  # extension=False: as a user gets it
-        "wmobs-bench-policy", conf=_PROGRESS_KEPT, extension=configured
+        "wmobs-bench-policy", conf=_session_conf(_PROGRESS_KEPT), extension=configured
     )
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-policy-"))
     files = 40
@@ -543,12 +551,14 @@ def bench_breakdown(rows: int, runs: int, only: list[str] | None = None) -> dict
     retained = str(100_000)
     spark = local_spark(
         "wmobs-bench-breakdown",
-        conf={
-            "spark.ui.enabled": "true",
-            "spark.ui.port": "0",
-            "spark.ui.retainedJobs": retained,
-            "spark.ui.retainedStages": retained,
-        },
+        conf=_session_conf(
+            {
+                "spark.ui.enabled": "true",
+                "spark.ui.port": "0",
+                "spark.ui.retainedJobs": retained,
+                "spark.ui.retainedStages": retained,
+            }
+        ),
     )
     api = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
 
@@ -652,7 +662,7 @@ def bench_latency(
     from wmobs.testing import local_spark
 
     spark = local_spark(  # extension=False: as a user gets it
-        "wmobs-bench-latency", conf=_PROGRESS_KEPT, extension=configured
+        "wmobs-bench-latency", conf=_session_conf(_PROGRESS_KEPT), extension=configured
     )
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-latency-"))
     schema = _policy_input(spark, work / "in", batches * rows_per_batch, batches)
@@ -714,7 +724,7 @@ def bench_keys(
             "streaming.state.RocksDBStateStoreProvider",
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         }
-    spark = local_spark("wmobs-bench-keys", conf=conf, extension=False)
+    spark = local_spark("wmobs-bench-keys", conf=_session_conf(conf), extension=False)
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-keys-"))
     schema = "EventTime TIMESTAMP, ArrivalTime TIMESTAMP, device LONG"
 
@@ -937,7 +947,20 @@ def main() -> None:
     parser.add_argument(
         "--rocksdb", action="store_true", help="keys: Spark's RocksDB state store provider"
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="policy, breakdown, latency, keys: a Spark setting for the benchmark's session "
+        "(repeatable)",
+    )
     args = parser.parse_args()
+    for setting in args.conf:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            parser.error(f"--conf takes KEY=VALUE, not {setting!r}")
+        _CONF[key] = value
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _quiet_structlog()
 
