@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import wmobs
+from tests.events import RecordingLogger
 from tests.otelcol import Collector, running_collector
 from wmobs import TimePolicy
 from wmobs.listener import parse_timestamp
@@ -196,19 +197,6 @@ def _attrs(span: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _Events:
-    """A structlog-style logger that keeps what wmobs logs: (level, event, fields)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        def log(event: str, **fields: Any) -> None:
-            self.seen.append((level, event, fields))
-
-        return log
-
-
 @pytest.fixture(params=["down", "silent"])
 def unreachable(request: pytest.FixtureRequest) -> Iterator[str]:
     """An OTLP endpoint where nothing listens ("down"), or a TCP server that accepts
@@ -252,7 +240,7 @@ def test_a_collector_down_or_silent_leaves_the_query_unharmed_and_is_logged_once
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # seconds, per push
     caplog.set_level(logging.DEBUG)
     policy = TimePolicy(**WORKED, name="unharmed", engine="jvm")
-    events = _Events()
+    events = RecordingLogger()
     monitor = wmobs.attach(spark, otlp_endpoint=unreachable, traces=True, logger=events)
     try:
         query = _policy_stream(spark, tmp_path, "unharmed", policy)
@@ -269,5 +257,8 @@ def test_a_collector_down_or_silent_leaves_the_query_unharmed_and_is_logged_once
     failed = [(level, fields["signal"]) for level, event, fields in events.seen
               if event == "wmobs.otlp_export_failed" and level != "debug"]  # fmt: skip
     assert sorted(failed) == [("warning", "metrics"), ("warning", "traces")], "once per signal"
+    skipped = [fields["signal"] for _, event, fields in events.seen
+               if event == "wmobs.otlp_last_push_skipped"]  # fmt: skip
+    assert sorted(skipped) == ["metrics", "traces"], "close does not wait out the retries"
     sdk = [r for r in caplog.records if r.name.startswith("opentelemetry")]
     assert not [r for r in sdk if r.levelno >= logging.WARNING], [r.getMessage() for r in sdk]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
+from tests.events import RecordingLogger
 from wmobs.listener._exposition import CONTENT_TYPE, Exposition, MetricsServer
 from wmobs.listener._spark_listener import WmobsListener
 from wmobs.listener.metrics import EVENT_HISTOGRAMS
@@ -131,21 +131,6 @@ def test_served_over_http_and_collected_through_a_registry() -> None:
     rec.shutdown()
 
 
-class _RecordingLogger:
-    """A structlog-style logger (``log.debug("event", key=value)``) that keeps what it got."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str]] = []
-        self.logged = threading.Event()
-
-    def __getattr__(self, level: str) -> Any:
-        def log(event: str, **fields: Any) -> None:
-            self.events.append((level, event))
-            self.logged.set()
-
-        return log
-
-
 def test_a_scraper_that_hangs_up_and_a_failed_render_print_nothing(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -160,7 +145,7 @@ def test_a_scraper_that_hangs_up_and_a_failed_render_print_nothing(
                 raise body["now"]
             return body["now"]
 
-    log = _RecordingLogger()
+    log = RecordingLogger()
     server = MetricsServer("127.0.0.1", 0, Switchable(), logger=log)  # type: ignore[arg-type]
     url = f"http://127.0.0.1:{server.server_port}/metrics"
     try:
@@ -169,14 +154,14 @@ def test_a_scraper_that_hangs_up_and_a_failed_render_print_nothing(
             client.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert client.recv(12).startswith(b"HTTP/1.0 200")  # then hung up, reset
         assert log.logged.wait(10), "the abandoned scrape was not logged"
-        assert log.events == [("debug", "wmobs.scrape_abandoned")]
+        assert log.events() == [("debug", "wmobs.scrape_abandoned")]
 
         body["now"] = ValueError("a bug in rendering")
         with pytest.raises(urllib.error.HTTPError) as failed:
             urllib.request.urlopen(url, timeout=10)
         assert failed.value.code == 500
         assert "a bug in rendering" in failed.value.read().decode()
-        assert log.events[1:] == [("warning", "wmobs.exposition_failed")]
+        assert log.events()[1:] == [("warning", "wmobs.exposition_failed")]
 
         body["now"] = b"wmobs_up 1\n"
         with urllib.request.urlopen(url, timeout=10) as response:

@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.events import RecordingLogger
 from wmobs.listener import Tracker
 from wmobs.listener._monitor import _tracing
 from wmobs.listener._otlp import _grpc_target, _http_url, resolve_protocol
@@ -151,18 +152,8 @@ def test_a_replayed_micro_batch_says_so(spans: Any) -> None:
     assert (roots[1].attributes or {})["spark.batch.replayed"] is True
 
 
-class _Events:
-    """A structlog-style logger that keeps the events wmobs logs."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        return lambda event, **fields: self.seen.append((level, event))
-
-
 def test_traces_follow_the_standard_variable_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    events = _Events()
+    events = RecordingLogger()
 
     def chosen(traces: bool | None) -> Any:
         provider, private = _tracing(traces, None, None, None, events, pushes=[])
@@ -179,7 +170,7 @@ def test_traces_follow_the_standard_variable_unless_told(monkeypatch: pytest.Mon
     assert chosen(False) is None
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
     assert chosen(None) is None
-    assert events.seen == [("warning", "wmobs.traces_exporter_unsupported")]
+    assert events.events() == [("warning", "wmobs.traces_exporter_unsupported")]
     own = TracerProvider()
     assert _tracing(None, own, None, None, None, pushes=[]) == (own, None)
     with pytest.raises(ValueError, match="traces=False"):

@@ -212,6 +212,8 @@ class Monitor:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+        for push in self._pushes:  # no last push where the last one failed: no wait for it
+            push.stop_if_failing()
         if self._private_provider is not None:
             self._private_provider.shutdown()  # a last OTLP push, with the final values
         if self._private_tracing is not None:

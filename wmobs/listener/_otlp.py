@@ -234,7 +234,40 @@ class QuietExports:
         self.failures = 0
         """Pushes that failed so far."""
         self._closed = False
+        self._stop: Any = None
+        self._stopped = False
+        self._stop_lock = threading.Lock()
         _quiet.install()
+
+    def stops_with(self, stop: Any) -> None:
+        """``stop()`` shuts the SDK's exporter down (it ends a push's retries at once)."""
+        self._stop = stop
+
+    def stop(self) -> None:
+        """Shut the SDK's exporter down, once."""
+        with self._stop_lock:
+            if self._stopped or self._stop is None:
+                return
+            self._stopped = True
+        try:
+            self._stop()
+        except Exception:
+            self._log.debug("wmobs.otlp_exporter_shutdown_failed", exc_info=True)
+
+    def stop_if_failing(self) -> bool:
+        """At ``close``: where the last push failed, shut the exporter down before its
+        provider's last push, which would otherwise wait out the SDK's retries against an
+        endpoint that is down (about 6 s a signal). Whether it did."""
+        if not self._failing:
+            return False
+        self._log.info(
+            "wmobs.otlp_last_push_skipped",
+            signal=self._signal,
+            endpoint=self._endpoint,
+            reason="the last push failed",
+        )
+        self.stop()
+        return True
 
     def run(self, fn: Any, ok: Any) -> Any:
         ident = _quiet.enter()
@@ -329,6 +362,7 @@ class MetricsExporter(MetricExporter):
         self._inner = inner
         self._tracker = tracker
         self._quiet = quiet
+        quiet.stops_with(inner.shutdown)
         self._start_ns = time.time_ns()
 
     def _with_distributions(self, data: MetricsData) -> MetricsData:
@@ -365,7 +399,7 @@ class MetricsExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         try:
-            self._inner.shutdown(timeout_millis=timeout_millis)
+            self._quiet.stop()
         finally:
             self._quiet.close()
 
@@ -376,6 +410,7 @@ class QuietSpanExporter(SdkSpanExporter):
     def __init__(self, inner: Any, quiet: QuietExports) -> None:
         self._inner = inner
         self._quiet = quiet
+        quiet.stops_with(inner.shutdown)
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         result = self._quiet.run(
@@ -388,6 +423,6 @@ class QuietSpanExporter(SdkSpanExporter):
 
     def shutdown(self) -> None:
         try:
-            self._inner.shutdown()
+            self._quiet.stop()
         finally:
             self._quiet.close()

@@ -1,0 +1,74 @@
+"""wmobs' OTLP exporters against a Collector that fails every push, on the SDK's own exporters
+(no Spark): a failure is logged once, and closing does not wait out the SDK's retries."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+
+from tests.events import RecordingLogger
+from wmobs.listener._otlp import QuietExports, QuietSpanExporter, span_exporter
+
+
+class _Unavailable(http.server.BaseHTTPRequestHandler):
+    """Answers every push 503 (retryable, as a Collector that is overloaded or starting)."""
+
+    pushes = 0
+
+    def do_POST(self) -> None:
+        type(self).pushes += 1
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def unavailable() -> Iterator[tuple[str, type[_Unavailable]]]:
+    handler = type("Handler", (_Unavailable,), {"pushes": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_exporter_whose_last_push_failed_stops_without_retrying(
+    monkeypatch: pytest.MonkeyPatch, unavailable: tuple[str, type[_Unavailable]]
+) -> None:
+    """The push fails (the SDK retries it until its timeout) and is logged once; at close, wmobs
+    shuts the SDK's exporter down before the provider's last push, so that push sends nothing
+    instead of retrying against the Collector for seconds."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # seconds: the first push gives up
+    endpoint, collector = unavailable
+    log = RecordingLogger()
+    quiet = QuietExports("traces", endpoint, "http/protobuf", log)
+    exporter = QuietSpanExporter(span_exporter(endpoint, "http/protobuf"), quiet)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    with provider.get_tracer("t").start_as_current_span("first"):
+        pass
+    assert collector.pushes >= 1
+    assert quiet.failures == 1
+    assert log.events() == [("warning", "wmobs.otlp_export_failed")]
+    assert QuietExports("traces", endpoint, "http/protobuf", log).stop_if_failing() is False
+
+    assert quiet.stop_if_failing() is True
+    assert log.events()[-1] == ("info", "wmobs.otlp_last_push_skipped")
+    before = collector.pushes
+    assert exporter.export([]) == SpanExportResult.FAILURE  # the provider's last push
+    assert collector.pushes == before, "a stopped exporter sends nothing"
+    provider.shutdown()  # stops the exporter again: once is enough
+    assert [e for e in log.events() if e[0] in ("warning", "error")] == [
+        ("warning", "wmobs.otlp_export_failed")
+    ]
