@@ -152,8 +152,10 @@ def state_operator(
     rows_total: int = 0,
     dropped_by_watermark: int = 0,
     memory_bytes: int = 1024,
+    custom_metrics: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """One entry of ``progress.stateOperators``."""
+    """One entry of ``progress.stateOperators`` (``custom_metrics``: the provider's own, such
+    as ``loadedMapCacheHitCount`` of Spark's default store)."""
     return {
         "operatorName": name,
         "numRowsTotal": rows_total,
@@ -166,7 +168,7 @@ def state_operator(
         "numRowsDroppedByWatermark": dropped_by_watermark,
         "numShufflePartitions": 2,
         "numStateStoreInstances": 2,
-        "customMetrics": {},
+        "customMetrics": dict(custom_metrics or {}),
     }
 
 

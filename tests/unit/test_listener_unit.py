@@ -10,6 +10,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from tests.events import RecordingLogger
 from wmobs.testing import MetricsRecorder, progress_json, state_operator
 
 listener_mod = pytest.importorskip("pyspark.sql.streaming.listener")
@@ -64,6 +65,35 @@ def test_events_update_metrics_and_log(rec: MetricsRecorder) -> None:
     assert by_event["wmobs.rows_dropped_by_watermark"]["rows"] == 2
     assert by_event["wmobs.query_failed"]["exception"] == "boom"
     assert by_event["wmobs.query_failed"]["log_level"] == "error"
+
+
+def test_a_million_keys_on_the_heap_are_told_once_per_query(rec: MetricsRecorder) -> None:
+    """A per-key operator (substreams' flatMapGroupsWithState) holding a million keys in Spark's
+    default store (it reports ``loadedMapCacheHitCount``): one warning per query with the keys,
+    the memory and the advice; RocksDB's, a window aggregation's or fewer keys: nothing."""
+    hdfs = {"loadedMapCacheHitCount": 3, "loadedMapCacheMissCount": 0}
+    rocksdb = {"rocksdbGetCount": 10, "rocksdbPutCount": 10}
+
+    def keyed(rows: int, custom: dict[str, int], name: str = "flatMapGroupsWithState") -> Any:
+        return state_operator(name, rows_total=rows, memory_bytes=rows * 250, custom_metrics=custom)
+
+    log = RecordingLogger()
+    listener = WmobsListener(rec.tracker, [rec.instruments], logger=log)
+    for query, operators in [
+        ("small", [keyed(999_999, hdfs)]),
+        ("rocks", [keyed(5_000_000, rocksdb)]),
+        ("window", [keyed(2_000_000, hdfs, "stateStoreSave")]),
+        ("fleet", [keyed(2_000_000, hdfs, "stateStoreSave"), keyed(1_200_000, hdfs)]),
+        ("fleet", [keyed(1_300_000, hdfs)]),  # the same query again: already told
+    ]:
+        listener.onQueryProgress(_progress_event(name=query, state_operators=operators))
+    assert listener.errors == 0
+    told = [(level, fields) for level, event, fields in log.seen if event == "wmobs.state_on_heap"]
+    assert len(told) == 1
+    level, fields = told[0]
+    assert level == "warning"
+    assert (fields["query"], fields["keys"], fields["memory_mib"]) == ("fleet", 1_200_000, 286)
+    assert "RocksDBStateStoreProvider" in fields["hint"]
 
 
 def test_internal_errors_are_logged_and_swallowed(rec: MetricsRecorder) -> None:

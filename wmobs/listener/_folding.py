@@ -17,6 +17,7 @@ __all__ = [
     "BACKLOG_METRICS",
     "fold_observed",
     "fold_operator",
+    "heap_keyed_state",
     "heartbeat_rows",
     "merged",
     "operator_labels",
@@ -91,6 +92,31 @@ def operator_labels(operators: list[Mapping[str, Any]]) -> list[str]:
     if len(set(names)) == len(names):
         return names
     return [f"{name}#{i}" for i, name in enumerate(names)]
+
+
+HEAP_STATE_HINT_ROWS = 1_000_000
+"""Keys held by one keyed operator in Spark's default state store past which the listener
+advises RocksDB (docs: about 250 bytes of executors' heap a key)."""
+
+_KEYED_OPERATORS = ("flatMapGroupsWithState", "transformWithState")
+"""``operatorName`` of Spark's per-key operators (wmobs' substreams are a flatMapGroupsWithState
+on the JVM engine)."""
+
+
+def heap_keyed_state(operators: list[Mapping[str, Any]]) -> tuple[int, int] | None:
+    """``(keys, bytes)`` of the largest per-key operator whose keys live on the executors' heap
+    (Spark's HDFS-backed store, which reports ``loadedMapCacheHitCount``), where it holds at
+    least :data:`HEAP_STATE_HINT_ROWS` of them; else ``None``."""
+    largest: tuple[int, int] | None = None
+    for op in operators:
+        if str(op.get("operatorName") or "") not in _KEYED_OPERATORS:
+            continue
+        if "loadedMapCacheHitCount" not in (op.get("customMetrics") or {}):
+            continue  # RocksDB (off the heap), or a provider that does not say
+        rows = int(op.get("numRowsTotal") or 0)
+        if rows >= HEAP_STATE_HINT_ROWS and (largest is None or rows > largest[0]):
+            largest = (rows, int(op.get("memoryUsedBytes") or 0))
+    return largest
 
 
 def fold_operator(

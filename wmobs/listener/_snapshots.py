@@ -164,3 +164,6 @@ class BatchSummary:
     policies: Mapping[str, PolicyCounts] = field(default_factory=dict)
     """What each policy (label) observed in this micro-batch (its verdicts, dead letters,
     idle-timeout firings), as the progress event carried it."""
+    heap_state: tuple[int, int] | None = None
+    """``(keys, bytes)`` of a per-key operator (substreams) holding a million keys or more on
+    the executors' heap, in Spark's default state store; else ``None``."""

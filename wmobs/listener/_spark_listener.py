@@ -40,6 +40,15 @@ REAL_TIME_MODE_HINT = (
     "wmobs.configure_spark), global ones: no substream_by, no idle_timeout"
 )
 
+HEAP_STATE_HINT = (
+    "a per-key operator (wmobs' substreams are one) holds this many keys in Spark's default "
+    "state store, on the executors' heap (about 250 bytes a key), copied for each new "
+    "version; Spark's RocksDB store keeps them off the heap and reads only those a micro-batch "
+    "touches: spark.sql.streaming.stateStore.providerClass="
+    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider (set before a "
+    "query's first start: Spark keeps a checkpoint's provider; see wmobs' substreams guide)"
+)
+
 
 def progress_dict(progress: Any) -> Mapping[str, Any]:
     """A ``StreamingQueryProgress`` (or its JSON, or a dict) as the parsed JSON dict.
@@ -94,6 +103,7 @@ class WmobsListener(StreamingQueryListener):
         self._on_progress = on_progress
         self._warned_columns: set[str] = set()
         self._warned_drops: set[str] = set()
+        self._warned_heap: set[str] = set()
         self.errors = 0
         """Internal errors logged and swallowed so far (for tests and health checks)."""
 
@@ -189,6 +199,16 @@ class WmobsListener(StreamingQueryListener):
                 "a sink that had it already skipped it after a crash between its commit and "
                 "Spark's; its rows are in the sink or the dead letters, and the Python engine's "
                 "counts of them are not in the counters (the JVM engine keeps them)",
+            )
+        if summary.heap_state is not None and summary.label not in self._warned_heap:
+            self._warned_heap.add(summary.label)
+            keys, memory = summary.heap_state
+            self._log.warning(
+                "wmobs.state_on_heap",
+                query=summary.label,
+                keys=keys,
+                memory_mib=round(memory / 2**20),
+                hint=HEAP_STATE_HINT,
             )
         for column in summary.unknown_columns:
             if column not in self._warned_columns:

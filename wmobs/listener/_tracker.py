@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from wmobs.listener._folding import (
     fold_observed,
     fold_operator,
+    heap_keyed_state,
     heartbeat_rows,
     merged,
     operator_labels,
@@ -166,6 +167,7 @@ class Tracker:
             output_rows=output_rows(progress),
             unreported=unreported(progress, observed, rows) if first_of_run else (),
             policies=observed.policies,
+            heap_state=heap_keyed_state(operators),
         )
 
     def on_idle(self, query_id: str) -> str | None:
