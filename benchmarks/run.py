@@ -263,7 +263,7 @@ def bench_listener(rows: int, runs: int) -> dict[str, Any]:
     import wmobs
     from wmobs.testing import local_spark
 
-    spark = local_spark("wmobs-bench")
+    spark = local_spark("wmobs-bench", conf=_session_conf())
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-"))
     files = 40
     _make_input(
@@ -848,7 +848,7 @@ def bench_idle_latency(windows: int, trigger_s: float = 0.5) -> dict[str, Any]:
     from wmobs.testing import local_spark
 
     timeout_s, window_s = 1.0, 3
-    spark = local_spark("wmobs-bench-idle")
+    spark = local_spark("wmobs-bench-idle", conf=_session_conf())
     work = Path(tempfile.mkdtemp(prefix="wmobs-bench-idle-"))
     (work / "in").mkdir()
     policy = TimePolicy(event_time="t", arrival_time=None, idle_timeout=f"{timeout_s} seconds")
@@ -952,8 +952,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="policy, breakdown, latency, keys: a Spark setting for the benchmark's session "
-        "(repeatable)",
+        help="a Spark setting for the session of every benchmark that starts one (repeatable)",
     )
     args = parser.parse_args()
     for setting in args.conf:

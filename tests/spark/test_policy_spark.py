@@ -1258,8 +1258,8 @@ def test_a_partition_of_few_keys_is_judged_exactly_when_sorts_spill(
     """300 rows of 3 keys in one micro-batch, arrival times tied ten at a time: every key's rows
     are judged in arrival order, ties in the order they came, as an event-at-a-time
     computation says, also where the JVM engine's sorts spill to disk every 8 rows (no task
-    holds its partition on the heap, and a key's rows past 8 go to Spark's external sorter
-    rather than being sorted on the heap)."""
+    holds its partition on the heap, and a key with more than 8 rows has them sorted by Spark's
+    external sorter rather than on the heap)."""
     if engine == "python":
         needs_python_engine(spark)
     rnd = random.Random(5)

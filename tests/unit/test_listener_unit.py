@@ -85,15 +85,18 @@ def test_a_million_keys_on_the_heap_are_told_once_per_query(rec: MetricsRecorder
         ("window", [keyed(2_000_000, hdfs, "stateStoreSave")]),
         ("fleet", [keyed(2_000_000, hdfs, "stateStoreSave"), keyed(1_200_000, hdfs)]),
         ("fleet", [keyed(1_300_000, hdfs)]),  # the same query again: already told
+        ("pandas", [keyed(1_100_000, hdfs, "applyInPandasWithState")]),
+        ("tws", [keyed(1_500_000, hdfs, "transformWithStateExec")]),
     ]:
         listener.onQueryProgress(_progress_event(name=query, state_operators=operators))
     assert listener.errors == 0
     told = [(level, fields) for level, event, fields in log.seen if event == "wmobs.state_on_heap"]
-    assert len(told) == 1
-    level, fields = told[0]
-    assert level == "warning"
-    assert (fields["query"], fields["keys"], fields["memory_mib"]) == ("fleet", 1_200_000, 286)
-    assert "RocksDBStateStoreProvider" in fields["hint"]
+    assert [(level, f["query"], f["keys"], f["memory_mib"]) for level, f in told] == [
+        ("warning", "fleet", 1_200_000, 286),
+        ("warning", "pandas", 1_100_000, 262),
+        ("warning", "tws", 1_500_000, 358),
+    ]
+    assert all("RocksDBStateStoreProvider" in f["hint"] for _, f in told)
 
 
 def test_internal_errors_are_logged_and_swallowed(rec: MetricsRecorder) -> None:

@@ -98,9 +98,10 @@ HEAP_STATE_HINT_ROWS = 1_000_000
 """Keys held by one keyed operator in Spark's default state store past which the listener
 advises RocksDB (docs: about 250 bytes of executors' heap a key)."""
 
-_KEYED_OPERATORS = ("flatMapGroupsWithState", "transformWithState")
-"""``operatorName`` of Spark's per-key operators (wmobs' substreams are a flatMapGroupsWithState
-on the JVM engine)."""
+_KEYED_OPERATORS = ("flatMapGroupsWithState", "applyInPandasWithState", "transformWithState")
+"""How the ``operatorName`` of Spark's per-key operators begins (wmobs' substreams are a
+``flatMapGroupsWithState`` on the JVM engine; Spark 4 names ``transformWithStateExec`` and its
+Python variants)."""
 
 
 def heap_keyed_state(operators: list[Mapping[str, Any]]) -> tuple[int, int] | None:
@@ -109,7 +110,7 @@ def heap_keyed_state(operators: list[Mapping[str, Any]]) -> tuple[int, int] | No
     least :data:`HEAP_STATE_HINT_ROWS` of them; else ``None``."""
     largest: tuple[int, int] | None = None
     for op in operators:
-        if str(op.get("operatorName") or "") not in _KEYED_OPERATORS:
+        if not str(op.get("operatorName") or "").startswith(_KEYED_OPERATORS):
             continue
         if "loadedMapCacheHitCount" not in (op.get("customMetrics") or {}):
             continue  # RocksDB (off the heap), or a provider that does not say

@@ -44,7 +44,9 @@ def _otlp_metrics(
 
     quiet = QuietExports("metrics", endpoint, protocol, logger)
     pushes.append(quiet)
-    exporter = MetricsExporter(metric_exporter(endpoint, protocol), tracker, quiet)
+    inner = metric_exporter(endpoint, protocol)
+    quiet.stops_with(inner.shutdown)
+    exporter = MetricsExporter(inner, tracker, quiet)
     return SdkMeterProvider(
         metric_readers=[PeriodicExportingMetricReader(exporter)], resource=_resource()
     )
@@ -124,6 +126,8 @@ def _private_tracing(
         inner = span_exporter(where, protocol)
     quiet = QuietExports("traces", where, protocol, logger)
     pushes.append(quiet)
+    if kind != "console":
+        quiet.stops_with(inner.shutdown)  # the console exporter's shutdown stops nothing
     exporter = QuietSpanExporter(inner, quiet)
     provider = SdkTracerProvider(resource=_resource())
     provider.add_span_processor(BatchSpanProcessor(exporter))

@@ -18,7 +18,12 @@ Three things the OpenTelemetry SDK's exporters do not do on their own, done here
   ``attach(otlp_protocol=...)`` or the standard ``OTEL_EXPORTER_OTLP_{METRICS,TRACES}_PROTOCOL``
   and ``OTEL_EXPORTER_OTLP_PROTOCOL`` variables.
 
-Everything here runs on the SDK's export threads, never on Spark's listener thread.
+- **A close that does not wait for a Collector that is down.** Where a signal's last push
+  failed, ``Monitor.close`` shuts its exporter down before the provider's last push
+  (:meth:`QuietExports.stop_if_failing`), rather than wait out the SDK's retries.
+
+Everything here runs on the SDK's export threads or ``close``'s, never on Spark's listener
+thread.
 """
 
 from __future__ import annotations
@@ -240,25 +245,30 @@ class QuietExports:
         _quiet.install()
 
     def stops_with(self, stop: Any) -> None:
-        """``stop()`` shuts the SDK's exporter down (it ends a push's retries at once)."""
+        """``stop()`` shuts the SDK's OTLP exporter down: from OpenTelemetry 1.36 on, that ends a
+        push's retries at once and fails the pushes after it without a request."""
         self._stop = stop
 
-    def stop(self) -> None:
-        """Shut the SDK's exporter down, once."""
+    def stop(self) -> bool:
+        """Shut the SDK's OTLP exporter down, once (on the caller's thread: ``close``'s, or the
+        SDK's at its shutdown). Whether it was shut down by now (by this call or an earlier)."""
         with self._stop_lock:
-            if self._stopped or self._stop is None:
-                return
+            if self._stop is None:
+                return False
+            if self._stopped:
+                return True
             self._stopped = True
         try:
             self._stop()
         except Exception:
             self._log.debug("wmobs.otlp_exporter_shutdown_failed", exc_info=True)
+        return True
 
     def stop_if_failing(self) -> bool:
         """At ``close``: where the last push failed, shut the exporter down before its
         provider's last push, which would otherwise wait out the SDK's retries against an
         endpoint that is down (about 6 s a signal). Whether it did."""
-        if not self._failing:
+        if not self._failing or self._stop is None:
             return False
         self._log.info(
             "wmobs.otlp_last_push_skipped",
@@ -362,7 +372,6 @@ class MetricsExporter(MetricExporter):
         self._inner = inner
         self._tracker = tracker
         self._quiet = quiet
-        quiet.stops_with(inner.shutdown)
         self._start_ns = time.time_ns()
 
     def _with_distributions(self, data: MetricsData) -> MetricsData:
@@ -399,7 +408,8 @@ class MetricsExporter(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         try:
-            self._quiet.stop()
+            if not self._quiet.stop():
+                self._inner.shutdown(timeout_millis=timeout_millis)
         finally:
             self._quiet.close()
 
@@ -410,7 +420,6 @@ class QuietSpanExporter(SdkSpanExporter):
     def __init__(self, inner: Any, quiet: QuietExports) -> None:
         self._inner = inner
         self._quiet = quiet
-        quiet.stops_with(inner.shutdown)
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         result = self._quiet.run(
@@ -423,6 +432,7 @@ class QuietSpanExporter(SdkSpanExporter):
 
     def shutdown(self) -> None:
         try:
-            self._quiet.stop()
+            if not self._quiet.stop():
+                self._inner.shutdown()
         finally:
             self._quiet.close()

@@ -42,9 +42,9 @@ REAL_TIME_MODE_HINT = (
 
 HEAP_STATE_HINT = (
     "a per-key operator (wmobs' substreams are one) holds this many keys in Spark's default "
-    "state store, on the executors' heap (about 250 bytes a key), copied for each new "
-    "version; Spark's RocksDB store keeps them off the heap and reads only those a micro-batch "
-    "touches: spark.sql.streaming.stateStore.providerClass="
+    "state store, on the executors' heap (wmobs' substreams: about 250 bytes a key), copied "
+    "for each new version; Spark's RocksDB store keeps them off the heap and reads only those "
+    "a micro-batch touches: spark.sql.streaming.stateStore.providerClass="
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider (set before a "
     "query's first start: Spark keeps a checkpoint's provider; see wmobs' substreams guide)"
 )

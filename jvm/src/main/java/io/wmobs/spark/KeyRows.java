@@ -26,15 +26,18 @@ import org.apache.spark.util.collection.unsafe.sort.RecordComparator;
  */
 final class KeyRows {
   /**
-   * How many of a key's rows are sorted on the heap (a few megabytes: a row's columns travel as
-   * one binary value); a key with more in one micro-batch goes to the external sorter.
+   * How many of a key's rows are sorted on the heap at most; past that, or past {@link
+   * #IN_MEMORY_BYTES}, a key's rows go to the external sorter.
    */
   static final int IN_MEMORY = 1 << 16;
 
-  /** Spark's setting that makes its sorters spill every so many rows (its tests set it). */
-  private static final String SPILL_EVERY = "spark.shuffle.spill.numElementsForceSpillThreshold";
+  /** How many bytes of a key's rows (their columns, and about {@link #ROW_BYTES} each around
+   * them) are held on the heap at most: memory Spark's task memory manager does not see. */
+  static final long IN_MEMORY_BYTES = 16L << 20;
 
-  /** By arrival, then place: two field reads a comparison, no boxing, no lambdas. */
+  private static final long ROW_BYTES = 80;
+
+  /** By arrival, then place. */
   private static final Comparator<SubstreamBeans.In> ORDER =
       (a, b) -> {
         int byArrival = Long.compare(a.getArrival(), b.getArrival());
@@ -54,19 +57,30 @@ final class KeyRows {
 
   /**
    * How many of a key's rows this executor sorts on the heap: {@link #IN_MEMORY}, or fewer where
-   * Spark's sorters are told to spill sooner.
+   * Spark's sorters are told to spill sooner ({@code
+   * spark.shuffle.spill.numElementsForceSpillThreshold}, read as Spark's sorters read it).
    */
   static int heapRows() {
     SparkEnv env = SparkEnv.get();
-    long spillEvery = env == null ? Long.MAX_VALUE : env.conf().getLong(SPILL_EVERY, Long.MAX_VALUE);
-    return (int) Math.min(IN_MEMORY, spillEvery);
+    if (env == null) {
+      return IN_MEMORY;
+    }
+    Object spillEvery =
+        env.conf()
+            .get(
+                org.apache.spark.internal.config.package$.MODULE$
+                    .SHUFFLE_SPILL_NUM_ELEMENTS_FORCE_SPILL_THRESHOLD());
+    return (int) Math.max(0, Math.min(IN_MEMORY, ((Number) spillEvery).longValue()));
   }
 
   /** {@code input}'s rows, sorted; past {@code heapRows} of them, by Spark's external sorter. */
   static Iterator<SubstreamBeans.In> sorted(Iterator<SubstreamBeans.In> input, int heapRows) {
     List<SubstreamBeans.In> held = new ArrayList<>();
-    while (input.hasNext() && held.size() < heapRows) {
-      held.add(input.next());
+    long bytes = 0;
+    while (input.hasNext() && held.size() < heapRows && bytes < IN_MEMORY_BYTES) {
+      SubstreamBeans.In in = input.next();
+      held.add(in);
+      bytes += ROW_BYTES + (in.getRow() == null ? 0 : in.getRow().length);
     }
     if (!input.hasNext()) {
       if (!inOrder(held)) {
