@@ -86,6 +86,7 @@ def test_a_million_keys_on_the_heap_are_told_once_per_query(rec: MetricsRecorder
         ("fleet", [keyed(2_000_000, hdfs, "stateStoreSave"), keyed(1_200_000, hdfs)]),
         ("fleet", [keyed(1_300_000, hdfs)]),  # the same query again: already told
         ("pandas", [keyed(1_100_000, hdfs, "applyInPandasWithState")]),
+        # transformWithState takes RocksDB today; were it to run on the default store:
         ("tws", [keyed(1_500_000, hdfs, "transformWithStateExec")]),
     ]:
         listener.onQueryProgress(_progress_event(name=query, state_operators=operators))

@@ -7,13 +7,15 @@ import http.server
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 
 from tests.events import RecordingLogger
-from wmobs.listener._otlp import QuietExports, QuietSpanExporter, span_exporter
+from wmobs.listener import Tracker
+from wmobs.listener._otlp import MetricsExporter, QuietExports, QuietSpanExporter, span_exporter
 
 
 class _Unavailable(http.server.BaseHTTPRequestHandler):
@@ -82,3 +84,34 @@ def test_an_exporter_whose_last_push_failed_stops_without_retrying(
     assert [e for e in log.events() if e[0] in ("warning", "error")] == [
         ("warning", "wmobs.otlp_export_failed")
     ]
+
+
+class _Inner:
+    """An SDK exporter that counts its shutdowns (the SDK warns at a second one)."""
+
+    _preferred_temporality: ClassVar[dict[Any, Any]] = {}
+    _preferred_aggregation: ClassVar[dict[Any, Any]] = {}
+
+    def __init__(self) -> None:
+        self.shutdowns = 0
+
+    def shutdown(self, **kwargs: Any) -> None:
+        self.shutdowns += 1
+
+
+@pytest.mark.parametrize("stoppable", [True, False], ids=["otlp", "console"])
+def test_an_exporter_is_shut_down_once_whichever_way_it_ends(stoppable: bool) -> None:
+    """A healthy close: the provider's shutdown reaches the SDK's exporter once, however often
+    the wrapper is shut down; an exporter wmobs cannot stop early (the console's) still gets it;
+    one stopped at close is not shut down again."""
+    for stop_first in (False, True):
+        inner = _Inner()
+        quiet = QuietExports("metrics", "http://127.0.0.1:1", "http/protobuf", RecordingLogger())
+        if stoppable:
+            quiet.stops_with(inner.shutdown)
+        exporter = MetricsExporter(inner, Tracker(), quiet)
+        if stop_first:
+            quiet.stop()
+        exporter.shutdown()
+        exporter.shutdown()
+        assert inner.shutdowns == 1, (stoppable, stop_first)

@@ -52,6 +52,11 @@ def _otlp_metrics(
     )
 
 
+def _release(provider: SdkMeterProvider | None) -> None:
+    if provider is not None:
+        provider.shutdown()
+
+
 def _resource() -> Any:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
@@ -216,13 +221,19 @@ class Monitor:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        for push in self._pushes:  # no last push where the last one failed: no wait for it
-            push.stop_if_failing()
+        # No last push where the last one failed: no wait for it. Asked again before the
+        # traces' shutdown: the metrics' last push may have found the Collector down.
         if self._private_provider is not None:
+            self._stop_failing_pushes()
             self._private_provider.shutdown()  # a last OTLP push, with the final values
         if self._private_tracing is not None:
+            self._stop_failing_pushes()
             self._private_tracing.shutdown()  # the spans not exported yet
         self.tracker.close()  # then an injected provider stops seeing wmobs' series
+
+    def _stop_failing_pushes(self) -> None:
+        for push in self._pushes:
+            push.stop_if_failing()
 
     def __enter__(self) -> Monitor:
         return self
@@ -344,9 +355,13 @@ def attach(
         protocol = resolve_protocol(otlp_protocol, "metrics")
         private_provider = _otlp_metrics(tracker, otlp_endpoint, protocol, logger, pushes)
         instruments.append(Instruments(tracker, private_provider))
-    tracer_provider, private_tracing = _tracing(
-        traces, tracer_provider, otlp_endpoint, otlp_protocol, logger, pushes=pushes
-    )
+    try:
+        tracer_provider, private_tracing = _tracing(
+            traces, tracer_provider, otlp_endpoint, otlp_protocol, logger, pushes=pushes
+        )
+    except BaseException:
+        _release(private_provider)  # not left pushing for the rest of the process
+        raise
 
     server = None
     registry = None

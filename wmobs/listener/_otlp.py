@@ -270,6 +270,8 @@ class QuietExports:
         endpoint that is down (about 6 s a signal). Whether it did."""
         if not self._failing or self._stop is None:
             return False
+        if self._stopped:
+            return True
         self._log.info(
             "wmobs.otlp_last_push_skipped",
             signal=self._signal,
@@ -309,6 +311,10 @@ class QuietExports:
             "further failures at debug, and once when a push goes through again",
         )
         return result
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         if not self._closed:
@@ -407,6 +413,8 @@ class MetricsExporter(MetricExporter):
         return bool(self._inner.force_flush(timeout_millis))
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        if self._quiet.closed:
+            return  # shut down already
         try:
             if not self._quiet.stop():
                 self._inner.shutdown(timeout_millis=timeout_millis)
@@ -431,6 +439,8 @@ class QuietSpanExporter(SdkSpanExporter):
         return bool(self._inner.force_flush(timeout_millis))
 
     def shutdown(self) -> None:
+        if self._quiet.closed:
+            return  # shut down already
         try:
             if not self._quiet.stop():
                 self._inner.shutdown()

@@ -20,9 +20,11 @@ import org.apache.spark.util.collection.unsafe.sort.RecordComparator;
 /**
  * One key's rows of a micro-batch in arrival order, then by their place in their input
  * partition ({@code wmobs_row_place}): the order substreams judge them in. A key's rows are few
- * in most micro-batches and sorted on the heap; past {@link #IN_MEMORY} of them they go into
- * Spark's external sorter (its memory pages, spilled to disk when the task's memory runs short,
- * as Spark's own sorts do), so a micro-batch of a few busy keys never holds them on the heap.
+ * in most micro-batches and sorted on the heap; past {@link #IN_MEMORY} of them or {@link
+ * #IN_MEMORY_BYTES}, or fewer where Spark's sorters are told to spill sooner ({@link
+ * #heapRows}), they go into Spark's external sorter (its memory pages, spilled to disk when
+ * the task's memory runs short, as Spark's own sorts do), so a micro-batch of a few busy keys
+ * never holds them on the heap.
  */
 final class KeyRows {
   /**
