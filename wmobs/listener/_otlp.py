@@ -312,9 +312,16 @@ class QuietExports:
         )
         return result
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    def shutdown(self, inner_shutdown: Any) -> None:
+        """A wrapper's shutdown, once: the SDK's exporter shut down by ``inner_shutdown()``
+        unless :meth:`stop` did it already, then the log filter released."""
+        if self._closed:
+            return
+        try:
+            if not self.stop():
+                inner_shutdown()
+        finally:
+            self.close()
 
     def close(self) -> None:
         if not self._closed:
@@ -413,13 +420,7 @@ class MetricsExporter(MetricExporter):
         return bool(self._inner.force_flush(timeout_millis))
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        if self._quiet.closed:
-            return  # shut down already
-        try:
-            if not self._quiet.stop():
-                self._inner.shutdown(timeout_millis=timeout_millis)
-        finally:
-            self._quiet.close()
+        self._quiet.shutdown(lambda: self._inner.shutdown(timeout_millis=timeout_millis))
 
 
 class QuietSpanExporter(SdkSpanExporter):
@@ -439,10 +440,4 @@ class QuietSpanExporter(SdkSpanExporter):
         return bool(self._inner.force_flush(timeout_millis))
 
     def shutdown(self) -> None:
-        if self._quiet.closed:
-            return  # shut down already
-        try:
-            if not self._quiet.stop():
-                self._inner.shutdown()
-        finally:
-            self._quiet.close()
+        self._quiet.shutdown(self._inner.shutdown)
