@@ -534,6 +534,9 @@ BREAKDOWN_PARTS = (
     "outside stages",
     "map task CPU",
     "map task deserialization",
+    "reduce task CPU",
+    "reduce task run time",
+    "JVM GC (all tasks)",
 )
 
 
@@ -599,9 +602,12 @@ def bench_breakdown(rows: int, runs: int, only: list[str] | None = None) -> dict
                     parts["map task deserialization"] += stage["executorDeserializeTime"]
                 elif stage["shuffleReadBytes"] > 0:
                     part = "reduce stage"
+                    parts["reduce task CPU"] += stage["executorCpuTime"] / 1e6
+                    parts["reduce task run time"] += stage["executorRunTime"]
                 else:
                     part = "watermark read job"
                 parts[part] += wall * 1000
+                parts["JVM GC (all tasks)"] += stage.get("jvmGcTime", 0)
         for progress in query.recentProgress:
             batch_parts = batches.get(progress["batchId"])
             if batch_parts is not None:
