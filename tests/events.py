@@ -1,6 +1,6 @@
 """A logger for the tests: what wmobs logs, kept (``attach(logger=...)`` and the exporters take
 any structlog-style logger). Tests read wmobs' events through it, never through the logging
-configuration, which an earlier test may have changed (structlog configured by the demo)."""
+configuration, which is the application's (wmobs never configures logging)."""
 
 from __future__ import annotations
 
