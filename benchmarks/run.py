@@ -708,7 +708,11 @@ def _directory_bytes(path: Path) -> int:
 
 
 def bench_keys(
-    held: list[int], batches: int = 12, rows_per_batch: int = 1000, rocksdb: bool = False
+    held: list[int],
+    batches: int = 12,
+    rows_per_batch: int = 1000,
+    rocksdb: bool = False,
+    ttl: str | None = None,
 ) -> dict[int, dict[str, float]]:
     """Substreams against the keys they hold: a first micro-batch brings ``n`` keys into state
     (one row each), then ``batches`` micro-batches of ``rows_per_batch`` rows, of keys drawn
@@ -717,13 +721,14 @@ def bench_keys(
     (each run's first two left out: they compile), the state's rows and memory as Spark reports
     them, and the bytes of the checkpoint's state folder. The same query without the policy is
     the baseline (``n`` = 0). ``rocksdb``: Spark's RocksDB state store provider, with
-    changelog checkpointing."""
+    changelog checkpointing. ``ttl``: the policy's ``substream_ttl`` (keys expire through
+    Spark's processing-time timeouts)."""
     from pyspark.sql import functions as F
 
     from wmobs import TimePolicy
     from wmobs.testing import local_spark
 
-    conf = {"spark.driver.memory": "2g"}
+    conf = {"spark.driver.memory": "2g", **_PROGRESS_KEPT}
     if rocksdb:
         conf |= {
             "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution."
@@ -757,6 +762,7 @@ def bench_keys(
                 out_of_order="10 seconds",
                 late_arrival="1 minute",
                 substream_by=["device"],
+                substream_ttl=ttl,
                 name=f"keys{n}",
             )
             df = policy.apply(df, checkpoint_location=str(checkpoint))
@@ -768,7 +774,16 @@ def bench_keys(
             .trigger(processingTime="0 seconds")
             .start()
         )
-        query.processAllAvailable()
+        if ttl is None or not n:
+            query.processAllAvailable()
+        else:  # with timeouts, Spark always has a micro-batch to run: wait for the rows
+            expected = first + batches * rows_per_batch
+            deadline = time.monotonic() + 1800
+            while sum(p["numInputRows"] for p in query.recentProgress) < expected:
+                if query.exception() is not None or time.monotonic() > deadline:
+                    query.stop()
+                    raise RuntimeError("the benchmark's query did not read its rows")
+                time.sleep(0.05)
         query.stop()
         data = [p for p in query.recentProgress if p["numInputRows"]]
         durations = [p["durationMs"]["triggerExecution"] / 1000 for p in data[3:]]
@@ -793,9 +808,10 @@ def bench_keys(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report_keys(result: dict[int, dict[str, float]], rocksdb: bool) -> None:
+def report_keys(result: dict[int, dict[str, float]], rocksdb: bool, ttl: str | None = None) -> None:
     store = "RocksDB, changelog checkpointing" if rocksdb else "HDFS-backed (Spark's default)"
-    print(f"\nsubstreams against keys held, 1,000-row micro-batches, state store: {store}")
+    expiry = f", substream_ttl={ttl!r}" if ttl else ""
+    print(f"\nsubstreams against keys held, 1,000-row micro-batches, state store: {store}{expiry}")
     smallest = min((n for n in result if n), default=0)
     for n, r in result.items():
         name = f"{n:,} keys held" if n else "no policy"
@@ -954,6 +970,9 @@ def main() -> None:
         "--rocksdb", action="store_true", help="keys: Spark's RocksDB state store provider"
     )
     parser.add_argument(
+        "--ttl", default=None, help="keys: the policy's substream_ttl (e.g. '1 hour')"
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -1001,7 +1020,7 @@ def main() -> None:
         report_latency(latency, args.plot)
     if args.only == "keys":  # minutes per million keys: only when asked for
         keys = args.keys or [1_000, 100_000, 1_000_000]
-        report_keys(bench_keys(keys, rocksdb=args.rocksdb), args.rocksdb)
+        report_keys(bench_keys(keys, rocksdb=args.rocksdb, ttl=args.ttl), args.rocksdb, args.ttl)
     if args.only in (None, "idle"):
         idle = bench_idle_latency(max(3, args.runs), args.trigger)
         print(
