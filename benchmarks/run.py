@@ -353,14 +353,20 @@ def _windowed_count(df: Any, time_column: str, checkpoint: str, rows: int) -> An
         .trigger(processingTime="0 seconds")
         .start()
     )
-    deadline = time.monotonic() + 600
+    _await_rows(query, rows, 600)
+    query.stop()
+    return query
+
+
+def _await_rows(query: Any, rows: int, timeout_s: float) -> None:
+    """Wait until ``query`` has read ``rows`` input rows (its progress); stopped, an error, if
+    it fails or takes longer than ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
     while sum(p["numInputRows"] for p in query.recentProgress) < rows:
         if query.exception() is not None or time.monotonic() > deadline:
             query.stop()
             raise RuntimeError(f"the benchmark's query did not read its {rows:,} rows")
         time.sleep(0.02)
-    query.stop()
-    return query
 
 
 def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str]]:
@@ -777,13 +783,7 @@ def bench_keys(
         if ttl is None or not n:
             query.processAllAvailable()
         else:  # with timeouts, Spark always has a micro-batch to run: wait for the rows
-            expected = first + batches * rows_per_batch
-            deadline = time.monotonic() + 1800
-            while sum(p["numInputRows"] for p in query.recentProgress) < expected:
-                if query.exception() is not None or time.monotonic() > deadline:
-                    query.stop()
-                    raise RuntimeError("the benchmark's query did not read its rows")
-                time.sleep(0.05)
+            _await_rows(query, first + batches * rows_per_batch, 1800)
         query.stop()
         data = [p for p in query.recentProgress if p["numInputRows"]]
         durations = [p["durationMs"]["triggerExecution"] / 1000 for p in data[3:]]
