@@ -6,7 +6,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,31 @@ def run_job(module: str, timeout: float = 900) -> dict[str, Any]:
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
     return result
+
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+
+
+@contextmanager
+def state_store(spark: Any, provider: str | None) -> Iterator[None]:
+    """The session's state store provider set to ``provider`` (None: as it is) while the block
+    runs."""
+    before = spark.conf.get(_PROVIDER, None)
+    if provider is not None:
+        spark.conf.set(_PROVIDER, provider)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(_PROVIDER)
+        else:
+            spark.conf.set(_PROVIDER, before)
+
+
+def keyed_operator_expected(spark: Any) -> str:
+    """The operator that keeps the JVM engine's substreams in this session:
+    ``transformWithState`` on Spark 4 with RocksDB, ``flatMapGroupsWithState`` otherwise."""
+    rocksdb = spark.conf.get(_PROVIDER, "").endswith(".RocksDBStateStoreProvider")
+    spark4 = int(spark.version.split(".")[0]) >= 4
+    return "transformWithStateExec" if rocksdb and spark4 else "flatMapGroupsWithState"

@@ -18,7 +18,7 @@ from wmobs.listener import parse_timestamp
 from wmobs.policy._python._substream_state import StateStore, state_directory
 from wmobs.testing import iso
 
-from ._streaming import wait_until, write_rows
+from ._streaming import ROCKSDB, keyed_operator_expected, state_store, wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -171,13 +171,22 @@ def test_a_quiet_source_closes_its_window_and_late_rows_are_dead_lettered(
     control_q.stop()
 
 
-@pytest.mark.parametrize("engine", ["jvm", "python"])
+@pytest.mark.parametrize("engine", ["jvm", "jvm, RocksDB", "python"])
 def test_a_quiet_substream_fires_while_a_busy_one_does_not(
     spark: Any, monitor: wmobs.Monitor, tmp_path: Path, engine: str
 ) -> None:
     """Key A sends two events and goes quiet; key B keeps sending. A's idle timeout fires,
     B's never does while B is busy; once B stops, B fires too. Every window holds exactly the
-    real rows, and the quiet keys' state is evicted after ``substream_ttl``."""
+    real rows, and the quiet keys' state is evicted after ``substream_ttl``. On Spark 4 with
+    RocksDB, the JVM engine keeps the keys in ``transformWithState`` and its timers."""
+    if engine == "jvm, RocksDB":
+        with state_store(spark, ROCKSDB):
+            _quiet_and_busy(spark, monitor, tmp_path, "jvm")
+    else:
+        _quiet_and_busy(spark, monitor, tmp_path, engine)
+
+
+def _quiet_and_busy(spark: Any, monitor: wmobs.Monitor, tmp_path: Path, engine: str) -> None:
     policy = TimePolicy(
         event_time="EventTime",
         arrival_time=None,
@@ -237,6 +246,7 @@ def test_a_quiet_substream_fires_while_a_busy_one_does_not(
     assert ("IdleHeartbeat" in source) == (engine == "jvm"), source
     if engine == "jvm":  # Spark's processing-time timeouts, and Spark's own state
         wait_until(lambda: keys_held(query) == 0, what="idle keys evicted", timeout=60)
+        assert keyed_operator(query) == keyed_operator_expected(spark)
     else:
         store = StateStore(str(tmp_path / "ckpt-subs_q" / state_directory(f"subs_{engine}")))
         wait_until(lambda: store.stored_keys() == 0, what="idle keys evicted", timeout=60)
@@ -272,12 +282,21 @@ def test_substreams_with_timeouts_refuse_available_now(
     assert not query.isActive
 
 
+_KEYED = ("flatMapGroupsWithState", "transformWithStateExec")
+
+
 def keys_held(query: Any) -> int | None:
     """The keys in the JVM engine's substream state, as the query's last progress has them."""
     for operator in (query.lastProgress or {}).get("stateOperators", []):
-        if operator["operatorName"] == "flatMapGroupsWithState":
+        if operator["operatorName"] in _KEYED:
             return int(operator["numRowsTotal"])
     return None
+
+
+def keyed_operator(query: Any) -> str | None:
+    """The name of Spark's operator that keeps the JVM engine's substreams."""
+    names = [o["operatorName"] for o in (query.lastProgress or {}).get("stateOperators", [])]
+    return next((name for name in names if name in _KEYED), None)
 
 
 def _available_now_for_python_sources() -> bool:

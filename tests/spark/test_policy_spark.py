@@ -29,7 +29,15 @@ from wmobs.policy._histograms import histogram_index, joint_histogram_counts
 from wmobs.policy._jvm import _extension
 from wmobs.testing import iso
 
-from ._streaming import engines, start_kept, wait_until, write_rows
+from ._streaming import (
+    ROCKSDB,
+    engines,
+    keyed_operator_expected,
+    start_kept,
+    state_store,
+    wait_until,
+    write_rows,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -243,10 +251,15 @@ def test_worked_example_global_one_event_per_batch(spark: Any, tmp_path: Path, r
     assert set(others.values()) == {0}
 
 
-@pytest.mark.parametrize("judge", ["jvm", "python"])
+@pytest.mark.parametrize("judge", ["jvm", "jvm, RocksDB", "python"])
 def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judge: str) -> None:
-    """Judged per key by wmobs' extension (a Catalyst generator: ``Generate``) and by the
-    Python engine (``mapInArrow``)."""
+    """Judged per key by wmobs' extension in Spark's ``flatMapGroupsWithState`` (Spark 4 with
+    RocksDB: ``transformWithState``) and by the Python engine (``mapInArrow``)."""
+    with state_store(spark, ROCKSDB if judge == "jvm, RocksDB" else None):
+        _worked_substreams(spark, tmp_path, judge.partition(",")[0], judge.replace(", ", "_"))
+
+
+def _worked_substreams(spark: Any, tmp_path: Path, engine: str, name: str) -> None:
     rows = worked_rows()
     scrambled = rows[5:] + rows[:5]  # file order is not arrival order
     write_rows(tmp_path / "in", "all", scrambled)
@@ -256,16 +269,19 @@ def test_worked_example_substreams_in_one_batch(spark: Any, tmp_path: Path, judg
         late_arrival="5 minutes",
         out_of_order="2 minutes",
         substream_by=["deviceId"],
-        name=f"worked_{judge}",
-        engine=judge,
+        name=f"worked_{name}",
+        engine=engine,
     )
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
     plan = policy.apply(stream, checkpoint_location=str(tmp_path / "plan"))
     analyzed = plan._jdf.queryExecution().analyzed().toString()
-    assert ("MapInArrow" in analyzed) == (judge == "python")
-    assert ("FlatMapGroupsWithState" in analyzed) == (judge == "jvm")
+    assert ("MapInArrow" in analyzed) == (engine == "python")
+    keyed = {"flatMapGroupsWithState": "FlatMapGroupsWithState"}.get(
+        keyed_operator_expected(spark), "TransformWithState"
+    )
+    assert (keyed in analyzed) == (engine == "jvm")
     kept, counts, progress = run_policy(
-        spark, policy, tmp_path / "in", tmp_path, f"worked_substreams_{judge}"
+        spark, policy, tmp_path / "in", tmp_path, f"worked_substreams_{name}"
     )
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
     assert input_times(progress, policy) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
@@ -383,15 +399,20 @@ def test_asynchronous_progress_tracking(spark: Any, tmp_path: Path, read: str) -
         query.stop()
 
 
-@pytest.mark.parametrize("engine", ["jvm", "python"])
+@pytest.mark.parametrize("engine", ["jvm", "jvm, RocksDB", "python"])
 def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path, engine: str) -> None:
     """Each key's watermark is kept in the checkpoint: after a restart an event behind its
     key's maximum from before the restart is still out of order; another key's is not. The
-    JVM engine keeps it in Spark's state store (a ``flatMapGroupsWithState`` operator, which
-    Spark's state reader reads); the Python engine in files of its own."""
+    JVM engine keeps it in Spark's state store (a ``flatMapGroupsWithState`` operator, or
+    ``transformWithState`` on Spark 4 with RocksDB, which Spark's state reader reads); the
+    Python engine in files of its own."""
     if engine == "python":
         needs_python_engine(spark)
+    with state_store(spark, ROCKSDB if engine == "jvm, RocksDB" else None):
+        _restarted_substreams(spark, tmp_path, engine.partition(",")[0])
 
+
+def _restarted_substreams(spark: Any, tmp_path: Path, engine: str) -> None:
     def row(i: int, event: str, arrival: str, device: str) -> dict[str, Any]:
         return {"id": i, "EventTime": ts(event), "ArrivalTime": ts(arrival), "deviceId": device}
 
@@ -404,11 +425,17 @@ def test_substream_state_survives_a_restart(spark: Any, tmp_path: Path, engine: 
     checkpoint = tmp_path / "ckpt-re"
     if engine == "jvm":
         (operator,) = progress[-1]["stateOperators"]
-        assert operator["operatorName"] == "flatMapGroupsWithState"
+        assert operator["operatorName"] == keyed_operator_expected(spark)
         assert operator["numRowsTotal"] == 2  # A and B
         if int(spark.version.split(".")[0]) >= 4:  # Spark's state reader (not in 3.5)
-            state = spark.read.format("statestore").load(str(checkpoint))
-            largest = sorted(r["value"]["groupState"]["largestUs"] for r in state.collect())
+            reader = spark.read.format("statestore")
+            if operator["operatorName"] == "transformWithStateExec":
+                state = reader.option("stateVarName", "clock").load(str(checkpoint))
+                values = [r["value"] for r in state.collect()]
+            else:
+                state = reader.load(str(checkpoint))
+                values = [r["value"]["groupState"] for r in state.collect()]
+            largest = sorted(v["largestUs"] for v in values)
             assert largest == [epoch("12:00") * 10**6, epoch("12:10") * 10**6]
         assert not (checkpoint / "wmobs" / "substreams").exists()
     else:

@@ -308,7 +308,8 @@ def dead_letters(spec: DeadLettersSpec, row: Any, verdict: Any) -> Any:
 
 def substreams(df: Any, spec: SubstreamsSpec) -> Any:
     """``df`` judged per key by ``Substreams.java`` (``spec`` as it documents): a plan with
-    Spark's ``flatMapGroupsWithState``, whose state the query keeps in its state store. The
+    Spark's ``flatMapGroupsWithState`` (``transformWithState`` on Spark 4 with RocksDB), whose
+    state the query keeps in its state store. The
     output: ``df``'s columns without the key and the arrival time, then the three that
     ``spec["appended"]`` names. A classic session builds the plan through its JVM; a Spark
     Connect client calls ``wmobs_substreams`` by name, which the server's extension plans."""

@@ -1,6 +1,7 @@
 """The JVM engine's substreams: the per-key judge in Spark's state store (``Substreams.java``: a
-``flatMapGroupsWithState`` that the query checkpoints), its idle clocks and TTL kept with
-Spark's processing-time timeouts."""
+``flatMapGroupsWithState`` that the query checkpoints, or Spark 4's ``transformWithState`` where
+the state store is RocksDB), its idle clocks and TTL kept with Spark's processing-time timeouts
+(or timers)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,6 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
 def refusing_available_now(ctx: Context, df: DataFrame) -> DataFrame:
     """``df`` with the JVM heartbeat in its substreams mode, which yields no rows and refuses
     ``Trigger.AvailableNow`` when the query starts: the JVM engine's substreams keep their idle
-    clocks and TTL with Spark's processing-time timeouts, and Spark runs a micro-batch for
-    those after every micro-batch, so such a query would never end."""
+    clocks and TTL with Spark's processing-time timeouts (or timers), and Spark runs a
+    micro-batch for those after every micro-batch, so such a query would never end."""
     return df.unionByName(heartbeat(ctx, df, ctx.checkpoint))

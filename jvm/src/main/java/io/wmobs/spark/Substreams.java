@@ -14,18 +14,15 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
-import java.util.Collections;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
-import java.util.NoSuchElementException;
 import java.util.Set;
 import java.util.TreeSet;
 import org.apache.spark.api.java.function.FlatMapGroupsWithStateFunction;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.streaming.GroupState;
 import org.apache.spark.sql.streaming.GroupStateTimeout;
@@ -38,22 +35,21 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * Substreams in Spark's state store: each key's watermark kept by Spark's own stateful operator
- * ({@code flatMapGroupsWithState}), which Spark plans, checkpoints and reports like its own
- * (the progress' {@code stateOperators}, the Spark UI, the {@code statestore} reader). A
+ * ({@code flatMapGroupsWithState}; on Spark 4 with the RocksDB state store, {@code
+ * transformWithState}: {@link KeyedState}), which Spark plans, checkpoints and reports like its
+ * own (the progress' {@code stateOperators}, the Spark UI, the {@code statestore} reader). A
  * micro-batch reads and writes the state of the keys its rows touch, and nothing else: the
  * state store provider the query runs with (HDFS-backed, in executors' memory; RocksDB, off the
  * heap, with changelog checkpointing where configured) keeps the rest.
  *
- * <p>{@link #judge} plans it: the rows are hash-partitioned by key and sorted, within each
- * partition, by key, arrival and the order they came in ({@code monotonically_increasing_id}
- * before the shuffle: their place in their input partition), which the operator's own
- * requirements (partitioned and sorted by key) are satisfied by, so each key's rows reach its
- * state function in arrival order, streamed, never held. A row's columns travel as one
- * binary value ({@link RowBytes}), so the function sees six fields of it, never its columns.
- * The function judges each row against its key's watermark ({@link SubstreamRules.Sorted}, the
- * rule both engines answer to the reference cases with), and with an idle timeout or a TTL,
- * Spark's processing-time timeouts call it again for a key without rows: its idle clock moves
- * on ({@link IdleClock}) and a synthetic row carries it, or the key is forgotten.
+ * <p>{@link #judge} plans it: the rows are hash-partitioned by key, and each key's rows reach
+ * its judge ({@link KeyJudge}), which puts them in arrival order, then the order they came in
+ * ({@link KeyRows}). A row's columns travel as one binary value ({@link RowBytes}), so the
+ * judge sees six fields of it, never its columns. It judges each row against its key's
+ * watermark ({@link SubstreamRules.Sorted}, the rule both engines answer to the reference cases
+ * with), and with an idle timeout or a TTL, Spark's processing-time timeouts (or timers) call
+ * it again for a key without rows: its idle clock moves on ({@link IdleClock}) and a synthetic
+ * row carries it, or the key is forgotten.
  *
  * <p>Spec (JSON): {@code tolerance_us}, {@code drop}, {@code ttl_ms} and {@code idle_timeout_ms}
  * (null: none), {@code check_interval_ms} (how often an idle key's clock moves on), {@code
@@ -175,18 +171,21 @@ public final class Substreams {
                 .cast(DataTypes.LongType)
                 .as("idle"),
             call_function(RowBytes.PACK, struct(rowColumns)).as("row"));
-    GroupStateTimeout timeout =
-        settings.timeouts() ? GroupStateTimeout.ProcessingTimeTimeout() : GroupStateTimeout.NoTimeout();
+    KeyJudge judge =
+        new KeyJudge(settings, RowBytes.placeholder(rowSchema), Legacy.onDriver(settings));
+    KeyValueGroupedDataset<Long, In> grouped =
+        packed.groupBy(col("key")).as(Encoders.LONG(), Encoders.bean(In.class));
     Dataset<Out> judged =
-        packed
-            .groupBy(col("key"))
-            .as(Encoders.LONG(), Encoders.bean(In.class))
-            .flatMapGroupsWithState(
-                new Judge(settings, RowBytes.placeholder(rowSchema), Legacy.onDriver(settings)),
+        KeyedState.timers(staged.sparkSession())
+            ? KeyedState.judge(grouped, judge, settings.timeouts())
+            : grouped.flatMapGroupsWithState(
+                new Judge(judge),
                 OutputMode.Append(),
                 Encoders.bean(KeyState.class),
                 Encoders.bean(Out.class),
-                timeout);
+                settings.timeouts()
+                    ? GroupStateTimeout.ProcessingTimeTimeout()
+                    : GroupStateTimeout.NoTimeout());
     Column row = call_function(RowBytes.UNPACK, lit(rowSchema.json()), col("row"));
     List<Column> output = new ArrayList<>();
     for (StructField field : output(schema, settings).fields()) {
@@ -240,149 +239,43 @@ public final class Substreams {
     return col("`" + name.replace("`", "``") + "`");
   }
 
-  /**
-   * The state function: a key's rows of the micro-batch in arrival order, judged one at a time
-   * as Spark takes them; or, called for a key without rows because its timeout passed, its
-   * idle clock moved on or the key forgotten.
-   */
+  /** {@code flatMapGroupsWithState}'s state function: the key's judge over its group state. */
   static final class Judge implements FlatMapGroupsWithStateFunction<Long, In, KeyState, Out> {
     private static final long serialVersionUID = 1L;
-    private final Settings settings;
-    private final SubstreamRules rules;
-    private final byte[] placeholder;
-    private final Legacy legacy;
-    /** The largest moved clock a synthetic row of this task carried (one copy per task). */
-    private transient long carried = SubstreamRules.NONE;
-    private transient boolean checked;
-    /** How many of a key's rows are sorted on the heap ({@link KeyRows#heapRows}). */
-    private transient int heapRows;
+    private final KeyJudge judge;
 
-    Judge(Settings settings, byte[] placeholder, Legacy legacy) {
-      this.settings = settings;
-      this.rules = settings.rules();
-      this.placeholder = placeholder;
-      this.legacy = legacy;
+    Judge(KeyJudge judge) {
+      this.judge = judge;
     }
 
     @Override
     public Iterator<Out> call(Long key, Iterator<In> rows, GroupState<KeyState> state) {
-      if (!checked) {
-        legacy.check();
-        heapRows = KeyRows.heapRows();
-        checked = true;
-      }
-      long now = state.getCurrentProcessingTimeMs();
-      long[] clock = state.exists() ? state.get().clock() : null;
-      if (clock != null && settings.ttlMs >= 0 && clock[1] < now - settings.ttlMs) {
-        clock = null; // not seen for the TTL: the key starts afresh
-      }
-      if (state.hasTimedOut()) {
-        return timedOut(clock, now, state);
-      }
-      return new Rows(key, clock, now, rows, state);
-    }
+      KeyJudge.Store store =
+          new KeyJudge.Store() {
+            @Override
+            public long now() {
+              return state.getCurrentProcessingTimeMs();
+            }
 
-    /** A key without rows whose timeout passed: forgotten, or its idle clock moved on. */
-    private Iterator<Out> timedOut(long[] clock, long now, GroupState<KeyState> state) {
-      if (clock == null || settings.idleTimeoutMs < 0) {
-        state.remove();
-        return Collections.emptyIterator();
-      }
-      int moved = IdleClock.advance(clock, now, settings.idleTimeoutMs);
-      keep(state, clock, now);
-      if (moved == IdleClock.ACTIVE) {
-        return Collections.emptyIterator();
-      }
-      // The watermark takes the largest clock: a task's synthetic rows carry only what moves
-      // it past what they carried before, and every firing.
-      if (carried != SubstreamRules.NONE && clock[0] <= carried && moved != IdleClock.FIRED) {
-        return Collections.emptyIterator();
-      }
-      carried = carried == SubstreamRules.NONE ? clock[0] : Math.max(carried, clock[0]);
-      Out synthetic = new Out();
-      synthetic.setTs(clock[0]);
-      synthetic.setVerdict(0);
-      synthetic.setIdle(moved == IdleClock.FIRED ? 1 : 0);
-      synthetic.setRow(placeholder);
-      return List.of(synthetic).iterator();
-    }
+            @Override
+            public KeyState get() {
+              return state.exists() ? state.get() : null;
+            }
 
-    /** The key's state saved, and when it is called again without rows, if ever. */
-    private void keep(GroupState<KeyState> state, long[] clock, long now) {
-      state.update(KeyState.of(clock));
-      if (!settings.timeouts()) {
-        return;
-      }
-      long due = Long.MAX_VALUE;
-      if (settings.idleTimeoutMs >= 0) {
-        due = clock[2] < 0 ? clock[1] + settings.idleTimeoutMs : now + settings.checkIntervalMs;
-      }
-      if (settings.ttlMs >= 0) {
-        due = Math.min(due, clock[1] + settings.ttlMs);
-      }
-      state.setTimeoutDuration(Math.max(due - now, 1));
-    }
+            @Override
+            public void keep(KeyState value, long dueMs) {
+              state.update(value);
+              if (dueMs >= 0) {
+                state.setTimeoutDuration(dueMs - now());
+              }
+            }
 
-    /**
-     * A key's rows, judged in arrival order (then their place in their input partition), its
-     * state saved after the last. Spark hands a key's rows in the order its shuffle brought
-     * them: they are sorted here, a key at a time (Spark refuses a sort in a streaming plan).
-     */
-    private final class Rows implements Iterator<Out> {
-      private final long key;
-      private final Iterator<In> rows;
-      private final GroupState<KeyState> state;
-      private final long now;
-      private final Map<Long, long[]> keys = new HashMap<>(2);
-      private final SubstreamRules.Sorted judged;
-      private final boolean forgotten;
-
-      Rows(long key, long[] clock, long now, Iterator<In> input, GroupState<KeyState> state) {
-        this.key = key;
-        this.rows = KeyRows.sorted(input, heapRows);
-        this.state = state;
-        this.now = now;
-        this.forgotten = clock == null && state.exists();
-        if (clock != null) {
-          keys.put(key, clock);
-        }
-        judged = rules.sorted(keys, now);
-      }
-
-      @Override
-      public boolean hasNext() {
-        return rows.hasNext();
-      }
-
-      @Override
-      public Out next() {
-        if (!rows.hasNext()) {
-          throw new NoSuchElementException();
-        }
-        In in = rows.next();
-        Long ts = in.getTs();
-        judged.row(key, ts == null ? 0 : ts, in.getVerdict());
-        Out out = new Out();
-        out.setTs(ts == null ? null : judged.system);
-        out.setVerdict(judged.verdict);
-        out.setIdle(in.getIdle());
-        out.setLateness(judged.behind >= 0 ? judged.behind : null);
-        out.setRow(in.getRow());
-        if (!rows.hasNext()) {
-          long[] spread = judged.finish();
-          if (spread[0] != SubstreamRules.NONE) {
-            out.setSlowest(spread[0]);
-            out.setFastest(spread[1]);
-          }
-          long[] after = keys.get(key);
-          if (after != null) {
-            keep(state, after, now);
-          } else if (forgotten) {
-            state.remove();
-          }
-        }
-        return out;
-      }
+            @Override
+            public void remove() {
+              state.remove();
+            }
+          };
+      return state.hasTimedOut() ? judge.timedOut(store) : judge.rows(key, rows, store);
     }
   }
 

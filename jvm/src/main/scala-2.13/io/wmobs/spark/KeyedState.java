@@ -1,0 +1,130 @@
+package io.wmobs.spark;
+
+import io.wmobs.spark.SubstreamBeans.In;
+import io.wmobs.spark.SubstreamBeans.KeyState;
+import io.wmobs.spark.SubstreamBeans.Out;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.KeyValueGroupedDataset;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.streaming.ExpiredTimerInfo;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.StatefulProcessor;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
+import scala.collection.Iterator;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Substreams in Spark 4's {@code transformWithState}, where the query's state store is
+ * RocksDB (the only store that operator runs on): each key's clock in a value state and, with
+ * an idle timeout or a TTL, one processing-time timer per key, which Spark keeps in an index by
+ * time and reads only as they fall due. Under {@code flatMapGroupsWithState}, every key held is
+ * read at every micro-batch to find those whose timeout passed. The Spark 3.5 copy of this
+ * class never chooses it.
+ */
+final class KeyedState {
+  private static final String ROCKSDB = ".RocksDBStateStoreProvider";
+  private static final String PROVIDER = "spark.sql.streaming.stateStore.providerClass";
+
+  private KeyedState() {}
+
+  /** Whether substreams run in {@code transformWithState}: the session keeps state in RocksDB. */
+  static boolean timers(SparkSession spark) {
+    return spark.conf().get(PROVIDER, "").endsWith(ROCKSDB);
+  }
+
+  /** {@code grouped} judged per key by {@code judge}, in Spark's {@code transformWithState}. */
+  static Dataset<Out> judge(
+      KeyValueGroupedDataset<Long, In> grouped, KeyJudge judge, boolean timeouts) {
+    return grouped.transformWithState(
+        new Processor(judge, timeouts),
+        timeouts ? TimeMode.ProcessingTime() : TimeMode.None(),
+        OutputMode.Append(),
+        Encoders.bean(Out.class));
+  }
+
+  /** The key's judge over a value state and its timer. */
+  static final class Processor extends StatefulProcessor<Long, In, Out> {
+    private static final long serialVersionUID = 1L;
+    private final KeyJudge judge;
+    /** Whether keys have timers (an idle timeout or a TTL: {@code TimeMode.ProcessingTime}). */
+    private final boolean timeouts;
+    private transient ValueState<KeyState> clock;
+    /** When the key's timer is set for: Spark's {@code listTimers} holds an iterator open per
+     * call until the task ends, which a task of millions of keys cannot afford. */
+    private transient ValueState<Long> timer;
+
+    Processor(KeyJudge judge, boolean timeouts) {
+      this.judge = judge;
+      this.timeouts = timeouts;
+    }
+
+    @Override
+    public void init(OutputMode outputMode, TimeMode timeMode) {
+      clock = getHandle().getValueState("clock", Encoders.bean(KeyState.class), TTLConfig.NONE());
+      if (timeouts) {
+        timer = getHandle().getValueState("timer", Encoders.LONG(), TTLConfig.NONE());
+      }
+    }
+
+    @Override
+    public Iterator<Out> handleInputRows(Long key, Iterator<In> rows, TimerValues timers) {
+      return CollectionConverters.asScala(
+          judge.rows(key, CollectionConverters.asJava(rows), store(timers, -1)));
+    }
+
+    @Override
+    public Iterator<Out> handleExpiredTimer(
+        Long key, TimerValues timers, ExpiredTimerInfo expired) {
+      return CollectionConverters.asScala(
+          judge.timedOut(store(timers, expired.getExpiryTimeInMs())));
+    }
+
+    /** The key's state; {@code firing}: the timer Spark is firing (and deletes), or -1. */
+    private KeyJudge.Store store(TimerValues timers, long firing) {
+      return new KeyJudge.Store() {
+        @Override
+        public long now() {
+          return timers.getCurrentProcessingTimeInMs();
+        }
+
+        @Override
+        public KeyState get() {
+          return clock.get(); // null where the key is not held
+        }
+
+        @Override
+        public void keep(KeyState value, long dueMs) {
+          clock.update(value);
+          forgetTimer();
+          if (dueMs >= 0) {
+            // Spark fires a timer at a micro-batch whose time has reached it, as
+            // flatMapGroupsWithState does a timeout that the micro-batch's time has passed.
+            getHandle().registerTimer(dueMs + 1);
+            timer.update(dueMs + 1);
+          }
+        }
+
+        @Override
+        public void remove() {
+          clock.clear();
+          forgetTimer();
+        }
+
+        private void forgetTimer() {
+          Long at = timeouts ? timer.get() : null; // no timers in TimeMode.None
+          if (at == null) {
+            return;
+          }
+          if (at != firing) {
+            getHandle().deleteTimer(at);
+          }
+          timer.clear();
+        }
+      };
+    }
+  }
+}
