@@ -141,7 +141,7 @@ public final class SubstreamBeans {
    * A key's state in Spark's state store: its largest system timestamp (µs), when it last had
    * input, and up to when its idle clock has run (-1: not idle since).
    */
-  public static final class KeyState implements Serializable {
+  public static class KeyState implements Serializable {
     private static final long serialVersionUID = 1L;
     private long largestUs;
     private long seenMs;
@@ -181,6 +181,33 @@ public final class SubstreamBeans {
 
     public void setIdleUntilMs(long idleUntilMs) {
       this.idleUntilMs = idleUntilMs;
+    }
+  }
+
+  /**
+   * A key's state under {@code transformWithState}: its {@link KeyState} and when its timer is
+   * set for (-1: none), so that the timer is replaced without Spark's {@code listTimers}, which
+   * holds an iterator open per call until the task ends.
+   */
+  public static final class TimedKeyState extends KeyState {
+    private static final long serialVersionUID = 1L;
+    private long timerMs = -1;
+
+    static TimedKeyState of(KeyState state, long timerMs) {
+      TimedKeyState timed = new TimedKeyState();
+      timed.setLargestUs(state.getLargestUs());
+      timed.setSeenMs(state.getSeenMs());
+      timed.setIdleUntilMs(state.getIdleUntilMs());
+      timed.timerMs = timerMs;
+      return timed;
+    }
+
+    public long getTimerMs() {
+      return timerMs;
+    }
+
+    public void setTimerMs(long timerMs) {
+      this.timerMs = timerMs;
     }
   }
 }

@@ -3,6 +3,7 @@ package io.wmobs.spark;
 import io.wmobs.spark.SubstreamBeans.In;
 import io.wmobs.spark.SubstreamBeans.KeyState;
 import io.wmobs.spark.SubstreamBeans.Out;
+import io.wmobs.spark.SubstreamBeans.TimedKeyState;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
@@ -40,7 +41,7 @@ final class KeyedState {
   static Dataset<Out> judge(
       KeyValueGroupedDataset<Long, In> grouped, KeyJudge judge, boolean timeouts) {
     return grouped.transformWithState(
-        new Processor(judge, timeouts),
+        new Processor(judge),
         timeouts ? TimeMode.ProcessingTime() : TimeMode.None(),
         OutputMode.Append(),
         Encoders.bean(Out.class));
@@ -50,24 +51,17 @@ final class KeyedState {
   static final class Processor extends StatefulProcessor<Long, In, Out> {
     private static final long serialVersionUID = 1L;
     private final KeyJudge judge;
-    /** Whether keys have timers (an idle timeout or a TTL: {@code TimeMode.ProcessingTime}). */
-    private final boolean timeouts;
-    private transient ValueState<KeyState> clock;
-    /** When the key's timer is set for: Spark's {@code listTimers} holds an iterator open per
-     * call until the task ends, which a task of millions of keys cannot afford. */
-    private transient ValueState<Long> timer;
+    private transient ValueState<TimedKeyState> clock;
 
-    Processor(KeyJudge judge, boolean timeouts) {
+    Processor(KeyJudge judge) {
       this.judge = judge;
-      this.timeouts = timeouts;
     }
 
     @Override
     public void init(OutputMode outputMode, TimeMode timeMode) {
-      clock = getHandle().getValueState("clock", Encoders.bean(KeyState.class), TTLConfig.NONE());
-      if (timeouts) {
-        timer = getHandle().getValueState("timer", Encoders.LONG(), TTLConfig.NONE());
-      }
+      clock =
+          getHandle()
+              .getValueState("clock", Encoders.bean(TimedKeyState.class), TTLConfig.NONE());
     }
 
     @Override
@@ -86,6 +80,9 @@ final class KeyedState {
     /** The key's state; {@code firing}: the timer Spark is firing (and deletes), or -1. */
     private KeyJudge.Store store(TimerValues timers, long firing) {
       return new KeyJudge.Store() {
+        private TimedKeyState held;
+        private boolean read;
+
         @Override
         public long now() {
           return timers.getCurrentProcessingTimeInMs();
@@ -93,36 +90,39 @@ final class KeyedState {
 
         @Override
         public KeyState get() {
-          return clock.get(); // null where the key is not held
+          if (!read) {
+            held = clock.get(); // null where the key is not held
+            read = true;
+          }
+          return held;
         }
 
         @Override
         public void keep(KeyState value, long dueMs) {
-          clock.update(value);
           forgetTimer();
-          if (dueMs >= 0) {
-            // Spark fires a timer at a micro-batch whose time has reached it, as
-            // flatMapGroupsWithState does a timeout that the micro-batch's time has passed.
-            getHandle().registerTimer(dueMs + 1);
-            timer.update(dueMs + 1);
+          // Spark fires a timer at a micro-batch whose time has reached it, as
+          // flatMapGroupsWithState does a timeout that the micro-batch's time has passed.
+          long timer = dueMs >= 0 ? dueMs + 1 : -1;
+          if (timer >= 0) {
+            getHandle().registerTimer(timer);
           }
+          held = TimedKeyState.of(value, timer);
+          clock.update(held);
         }
 
         @Override
         public void remove() {
-          clock.clear();
           forgetTimer();
+          held = null;
+          clock.clear();
         }
 
         private void forgetTimer() {
-          Long at = timeouts ? timer.get() : null; // no timers in TimeMode.None
-          if (at == null) {
-            return;
-          }
-          if (at != firing) {
+          KeyState before = get();
+          long at = before == null ? -1 : ((TimedKeyState) before).getTimerMs();
+          if (at >= 0 && at != firing) {
             getHandle().deleteTimer(at);
           }
-          timer.clear();
         }
       };
     }
