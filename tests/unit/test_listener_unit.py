@@ -31,13 +31,13 @@ def _progress_event(**kw: Any) -> Any:
     return listener_mod.QueryProgressEvent.fromJson({"progress": body})
 
 
-def _terminated_event(query_id: str, exception: str | None) -> Any:
+def _terminated_event(query_id: str, exception: str | None, error_class: str | None = None) -> Any:
     return listener_mod.QueryTerminatedEvent.fromJson(
         {
             "id": query_id,
             "runId": "00000000-0000-4000-8000-000000000002",
             "exception": exception,
-            "errorClassOnException": None,
+            "errorClassOnException": error_class,
         }
     )
 
@@ -65,6 +65,30 @@ def test_events_update_metrics_and_log(rec: MetricsRecorder) -> None:
     assert by_event["wmobs.rows_dropped_by_watermark"]["rows"] == 2
     assert by_event["wmobs.query_failed"]["exception"] == "boom"
     assert by_event["wmobs.query_failed"]["log_level"] == "error"
+
+
+@pytest.mark.parametrize(
+    ("error_class", "says"),
+    [
+        ("STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED", "real-time mode runs policies"),
+        ("STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", "providerClass its checkpoint"),
+        ("SOMETHING_ELSE", None),
+    ],
+)
+def test_a_failed_query_is_told_what_to_do_where_wmobs_knows(
+    rec: MetricsRecorder, error_class: str, says: str | None
+) -> None:
+    """Spark's error classes that a wmobs policy can cause get a hint in the failure's log: real
+    time mode, and substreams whose operator changed with the state store provider (Spark 4:
+    ``transformWithState`` on RocksDB)."""
+    listener = WmobsListener(rec.tracker, [rec.instruments], logger=structlog.get_logger())
+    with capture_logs() as logs:
+        listener.onQueryTerminated(
+            _terminated_event("00000000-0000-4000-8000-000000000001", "failed\n at x", error_class)
+        )
+    (failed,) = [entry for entry in logs if entry["event"] == "wmobs.query_failed"]
+    assert failed["error_class"] == error_class
+    assert (says in failed["hint"]) if says else ("hint" not in failed)
 
 
 def test_a_million_keys_on_the_heap_are_told_once_per_query(rec: MetricsRecorder) -> None:

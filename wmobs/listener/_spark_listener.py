@@ -33,12 +33,24 @@ if TYPE_CHECKING:
 
 __all__ = ["WmobsListener"]
 
-REAL_TIME_MODE_ERRORS = "STREAMING_REAL_TIME_MODE"
 REAL_TIME_MODE_HINT = (
     "Spark refused this query in real-time mode; if it applies a wmobs TimePolicy, real-time "
     "mode runs policies on the JVM engine only (engine='jvm', with wmobs' Spark extension: "
     "wmobs.configure_spark), global ones: no substream_by, no idle_timeout"
 )
+
+OPERATOR_CHANGED_HINT = (
+    "if the query applies a wmobs TimePolicy with substream_by: on Spark 4 the state store "
+    "provider decides the operator that keeps its keys (transformWithState on RocksDB, "
+    "flatMapGroupsWithState otherwise); start the query with the "
+    "spark.sql.streaming.stateStore.providerClass its checkpoint began with"
+)
+
+FAILURE_HINTS = (
+    ("STREAMING_REAL_TIME_MODE", REAL_TIME_MODE_HINT),
+    ("STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", OPERATOR_CHANGED_HINT),
+)
+"""What the log of a failed query adds, by the beginning of Spark's error class."""
 
 HEAP_STATE_HINT = (
     "a per-key operator (wmobs' substreams are one) holds this many keys in Spark's default "
@@ -228,9 +240,11 @@ class WmobsListener(StreamingQueryListener):
             if self._tracer is not None:
                 self._tracer.on_terminated(str(event.runId))
             if event.exception:
+                error_class = str(event.errorClassOnException or "")
                 hint = {}
-                if str(event.errorClassOnException or "").startswith(REAL_TIME_MODE_ERRORS):
-                    hint["hint"] = REAL_TIME_MODE_HINT
+                for prefix, text in FAILURE_HINTS:
+                    if error_class.startswith(prefix):
+                        hint["hint"] = text
                 self._log.error(
                     "wmobs.query_failed",
                     query=snap.label,

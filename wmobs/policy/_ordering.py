@@ -30,8 +30,9 @@ def global_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
 def substream_out_of_order(ctx: Context, df: DataFrame) -> DataFrame:
     """The arrival policies, then out of order per key, in arrival order. On the JVM engine in
     Spark's state store (``Substreams.java``: a ``flatMapGroupsWithState`` that the query
-    checkpoints, or ``transformWithState`` on Spark 4 with RocksDB); on the Python engine rows partitioned by key bucket, each partition judged at
-    once with its keys' state from wmobs' files in the checkpoint."""
+    checkpoints, or ``transformWithState`` on Spark 4 with RocksDB); on the Python engine rows
+    partitioned by key bucket, each partition judged at once with its keys' state from wmobs'
+    files in the checkpoint."""
     from pyspark.sql import functions as F
 
     keys = [F.col(f"`{ctx.column(c)}`") for c in ctx.substream_by or ()]
