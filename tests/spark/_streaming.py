@@ -160,19 +160,25 @@ _PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
 @contextmanager
-def state_store(spark: Any, provider: str | None) -> Iterator[None]:
-    """The session's state store provider set to ``provider`` (None: as it is) while the block
-    runs."""
-    before = spark.conf.get(_PROVIDER, None)
-    if provider is not None:
-        spark.conf.set(_PROVIDER, provider)
+def session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
+    """``conf`` set on the session while the block runs, each setting as it was after."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(_PROVIDER)
-        else:
-            spark.conf.set(_PROVIDER, before)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def state_store(spark: Any, provider: str | None) -> Any:
+    """The session's state store provider set to ``provider`` (None: as it is) while the block
+    runs."""
+    return session_conf(spark, {} if provider is None else {_PROVIDER: provider})
 
 
 def keyed_operator_expected(spark: Any) -> str:

@@ -21,7 +21,7 @@ import wmobs
 from wmobs import DeadLetter, Storage, TimePolicy
 from wmobs.testing import iso
 
-from ._streaming import engines, wait_until, write_rows
+from ._streaming import engines, session_conf, wait_until, write_rows
 
 pytestmark = pytest.mark.spark
 
@@ -47,13 +47,8 @@ def _session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
 
     if not hadoop_aws_jars():  # fail, never skip: ./dev test fetches them
         pytest.fail("Hadoop's object-store connectors are missing from .tools/ (./dev gets them)")
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, conf):
         yield
-    finally:
-        for key in conf:
-            spark.conf.unset(key)
 
 
 @pytest.fixture

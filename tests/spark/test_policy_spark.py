@@ -33,6 +33,7 @@ from ._streaming import (
     ROCKSDB,
     engines,
     keyed_operator_expected,
+    session_conf,
     start_kept,
     state_store,
     wait_until,
@@ -198,22 +199,11 @@ def needs_python_engine(spark: Any) -> None:
         pytest.skip(f"Spark {spark.version} has no Python engine")
 
 
-@contextlib.contextmanager
-def without_codegen(spark: Any) -> Iterator[None]:
+def without_codegen(spark: Any) -> Any:
     """Queries started in this block evaluate every expression without generated code: the
     JAR's functions take their ``eval`` path."""
     confs = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-    before = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+    return session_conf(spark, confs)
 
 
 @pytest.mark.parametrize("read", ["jvm", "jvm without codegen", "python"])
