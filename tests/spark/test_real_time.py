@@ -16,7 +16,7 @@ import pytest
 import wmobs
 from wmobs import TimePolicy
 
-from ._streaming import wait_until
+from ._streaming import ROCKSDB, session_conf, state_store, wait_until
 from .cluster_job import WORKED as CLUSTER_WORKED
 from .test_kafka import expected, read, send, topic, worked_rows
 
@@ -125,6 +125,46 @@ def test_the_worked_example_in_real_time_batches(
     assert dropped == len(rows) - len(wanted)
 
 
+def test_substreams_in_real_time_batches_on_rocksdb(
+    spark: Any, kafka: Any, producer: Any, tmp_path: Path
+) -> None:
+    """On RocksDB, substreams run in Spark's ``transformWithState``, which real-time mode runs
+    (``flatMapGroupsWithState``, on Spark's default store, it refuses: below): the worked
+    example per device, all at once, kept and counted exactly as the reference cases say. One
+    source partition and one shuffle partition: a real-time batch runs its stages at once, one
+    task slot each, and this machine has two."""
+    rows, arrivals = worked_rows()
+    source = topic(kafka, "rt-keys", partitions=1)
+    out = topic(kafka, "rt-keys-out", partitions=1)
+    policy = TimePolicy(**WORKED, substream_by=["deviceId"], name="rt_keys", engine="jvm")
+    one_task = {"spark.sql.shuffle.partitions": "1"}
+    with state_store(spark, ROCKSDB), session_conf(spark, one_task), wmobs.attach(spark) as monitor:
+        query = _start(policy.apply(read(spark, kafka, source)), kafka, out, tmp_path / "ckpt")
+        try:
+            send(producer, source, rows, arrivals)
+            wanted = expected("substreams")
+            kept = _consume(kafka, out, len(wanted))
+            wait_until(
+                lambda: (
+                    (s := monitor.snapshot(str(query.id))) is not None and s.input_rows == len(rows)
+                ),
+                timeout=60,
+                what="the listener counting every row",
+            )
+            snap = monitor.snapshot(str(query.id))
+            operators = [o["operatorName"] for o in query.lastProgress["stateOperators"]]
+        finally:
+            query.stop()
+    assert query.exception() is None
+    assert kept == wanted
+    assert operators == ["transformWithStateExec"]
+    assert snap is not None
+    counts = snap.policy("rt_keys")
+    assert counts is not None and counts.engine == "jvm"
+    dropped = sum(n for (_, action), n in counts.events.items() if action == "dropped")
+    assert dropped == len(rows) - len(wanted)
+
+
 @pytest.mark.parametrize(
     ("options", "says"),
     [
@@ -134,16 +174,25 @@ def test_the_worked_example_in_real_time_batches(
          "flatMapGroupsWithState in append mode is not supported with Update output mode"),
         ({"idle_timeout": "1 second", "engine": "jvm"},
          "input stream io.wmobs.spark.IdleHeartbeat$Stream is not supported in Real-time Mode"),
+        ({"substream_by": ["deviceId"], "substream_ttl": "1 hour", "engine": "jvm", "rocksdb": 1},
+         "input stream io.wmobs.spark.IdleHeartbeat$Stream is not supported in Real-time Mode"),
     ],
-    ids=["python-engine", "substreams", "idle-timeout"],
+    ids=["python-engine", "substreams", "idle-timeout", "substream-ttl-on-rocksdb"],
 )  # fmt: skip
 def test_what_real_time_mode_cannot_run_is_refused_as_the_query_starts(
     spark: Any, kafka: Any, tmp_path: Path, options: dict[str, Any], says: str
 ) -> None:
-    """The Python engine: wmobs' error, as the first real-time batch is planned. Substreams
-    (``flatMapGroupsWithState``, which real-time mode does not run) and the idle timeout (a
-    source of its own, which real-time mode does not read): Spark's own errors, at ``start()``
-    or as the query starts, before any batch runs."""
+    """The Python engine: wmobs' error, as the first real-time batch is planned. Substreams on
+    Spark's default store (``flatMapGroupsWithState``, which real-time mode does not run), and
+    the idle timeout or a substream TTL (served by a source of their own, which real-time mode
+    does not read): Spark's own errors, at ``start()`` or as the query starts, before any batch
+    runs."""
+    options = dict(options)
+    with state_store(spark, ROCKSDB if options.pop("rocksdb", None) else None):
+        _refused(spark, kafka, tmp_path, options, says)
+
+
+def _refused(spark: Any, kafka: Any, tmp_path: Path, options: dict[str, Any], says: str) -> None:
     source = topic(kafka, f"rt-refused-{tmp_path.name}", partitions=1)
     policy = TimePolicy(**WORKED, name="rt_refused", **options)
     judged = policy.apply(read(spark, kafka, source), checkpoint_location=str(tmp_path / "ckpt"))

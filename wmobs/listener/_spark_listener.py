@@ -36,7 +36,8 @@ __all__ = ["WmobsListener"]
 REAL_TIME_MODE_HINT = (
     "Spark refused this query in real-time mode; if it applies a wmobs TimePolicy, real-time "
     "mode runs policies on the JVM engine only (engine='jvm', with wmobs' Spark extension: "
-    "wmobs.configure_spark), global ones: no substream_by, no idle_timeout"
+    "wmobs.configure_spark), without idle_timeout or substream_ttl, and substream_by only on "
+    "Spark's RocksDB state store"
 )
 
 OPERATOR_CHANGED_HINT = (
