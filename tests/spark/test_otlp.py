@@ -104,6 +104,27 @@ def test_otlp_equals_the_metrics_endpoint_through_a_collector(
     assert via_grpc == own
 
 
+def test_the_standard_variables_name_the_endpoint_and_close_pushes_what_is_left(
+    spark: Any, collector: Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``otlp_endpoint=True`` takes the endpoint from ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base
+    URL: the SDK adds ``/v1/metrics``), and ``close()`` pushes once more before it returns: a
+    query's figures reach the Collector with no interval passed."""
+    from wmobs.testing import progress_json
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.http)
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "3600000")  # no push but the last
+    monitor = wmobs.attach(spark, otlp_endpoint=True)
+    spark.streams.removeListener(monitor.listener)  # this test's event only
+    monitor.tracker.on_progress(progress_json(name="otlp_env_q", watermark=1.0))
+    monitor.close()
+    samples = _wmobs_samples(collector.scrape(collector.prometheus_http))
+    queries = {
+        dict(labels).get("query") for name, labels in samples if name == "wmobs_input_rows_total"
+    }
+    assert "otlp_env_q" in queries
+
+
 def test_a_trace_per_micro_batch_through_a_collector(
     spark: Any, tmp_path: Path, collector: Collector
 ) -> None:
