@@ -176,7 +176,7 @@ public final class Substreams {
     KeyValueGroupedDataset<Long, In> grouped =
         packed.groupBy(col("key")).as(Encoders.LONG(), Encoders.bean(In.class));
     Dataset<Out> judged =
-        KeyedState.timers(staged.sparkSession())
+        KeyedState.chosen(staged.sparkSession())
             ? KeyedState.judge(grouped, judge, settings.timeouts())
             : grouped.flatMapGroupsWithState(
                 new Judge(judge),

@@ -13,7 +13,7 @@ import org.apache.spark.sql.SparkSession;
 final class KeyedState {
   private KeyedState() {}
 
-  static boolean timers(SparkSession spark) {
+  static boolean chosen(SparkSession spark) {
     return false;
   }
 

@@ -33,7 +33,7 @@ final class KeyedState {
   private KeyedState() {}
 
   /** Whether substreams run in {@code transformWithState}: the session keeps state in RocksDB. */
-  static boolean timers(SparkSession spark) {
+  static boolean chosen(SparkSession spark) {
     return spark.conf().get(PROVIDER, "").endsWith(ROCKSDB);
   }
 
