@@ -285,18 +285,23 @@ def test_substreams_with_timeouts_refuse_available_now(
 _KEYED = ("flatMapGroupsWithState", "transformWithStateExec")
 
 
+def _keyed(query: Any) -> dict[str, Any] | None:
+    """The progress of Spark's operator that keeps the JVM engine's substreams, as the query's
+    last progress has it."""
+    operators = (query.lastProgress or {}).get("stateOperators", [])
+    return next((o for o in operators if o["operatorName"] in _KEYED), None)
+
+
 def keys_held(query: Any) -> int | None:
-    """The keys in the JVM engine's substream state, as the query's last progress has them."""
-    for operator in (query.lastProgress or {}).get("stateOperators", []):
-        if operator["operatorName"] in _KEYED:
-            return int(operator["numRowsTotal"])
-    return None
+    """The keys in the JVM engine's substream state."""
+    operator = _keyed(query)
+    return None if operator is None else int(operator["numRowsTotal"])
 
 
 def keyed_operator(query: Any) -> str | None:
     """The name of Spark's operator that keeps the JVM engine's substreams."""
-    names = [o["operatorName"] for o in (query.lastProgress or {}).get("stateOperators", [])]
-    return next((name for name in names if name in _KEYED), None)
+    operator = _keyed(query)
+    return None if operator is None else str(operator["operatorName"])
 
 
 def _available_now_for_python_sources() -> bool:

@@ -61,9 +61,9 @@ final class KeyJudge implements Serializable {
     }
   }
 
-  /** The key's clock, or null where it is not held or was not seen for the TTL. */
-  private long[] clock(Store store, long now) {
-    KeyState state = store.get();
+  /** The clock of a key held as {@code state}, or null where it is not held or was not seen
+   * for the TTL. */
+  private long[] clock(KeyState state, long now) {
     long[] clock = state == null ? null : state.clock();
     if (clock != null && settings.ttlMs() >= 0 && clock[1] < now - settings.ttlMs()) {
       return null; // not seen for the TTL: the key starts afresh
@@ -76,14 +76,14 @@ final class KeyJudge implements Serializable {
     check();
     long now = store.now();
     KeyState held = store.get();
-    return new Rows(key, clock(store, now), held != null, now, rows, store);
+    return new Rows(key, clock(held, now), held != null, now, rows, store);
   }
 
   /** A key without rows whose time came: forgotten, or its idle clock moved on. */
   Iterator<Out> timedOut(Store store) {
     check();
     long now = store.now();
-    long[] clock = clock(store, now);
+    long[] clock = clock(store.get(), now);
     if (clock == null || settings.idleTimeoutMs() < 0) {
       store.remove();
       return Collections.emptyIterator();
