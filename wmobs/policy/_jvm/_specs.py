@@ -14,15 +14,20 @@ function                       dataclass                          parsed by
 ``wmobs_dead_letters``         :class:`DeadLettersSpec`           ``DeadLetterWriter``
 =============================  =================================  ===========================
 
-Every member is written, ``None`` as JSON null. ``tests/reference/jvm_specs.json`` lists each
-function's members as these dataclasses say (:func:`members`); a Python test keeps it so, and a
-JUnit test checks the Java parsers' members against it.
+Every member is written, ``None`` as JSON null, and checked against its annotation when
+written (:func:`to_json`): a value of another type is an error naming it, as on the Java side
+(``Spec.Reader``). ``tests/reference/jvm_specs.json`` lists each function's members as these
+dataclasses say (:func:`members`) and example specs written by them; a Python test keeps it
+so, and a JUnit test parses every example with its Java parser (and refuses each member of
+another type).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+import types
+import typing
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
 
 __all__ = [
@@ -50,7 +55,7 @@ class JudgeSpec:
     late_arrival_drop: bool
     out_of_order_us: int | None
     out_of_order_drop: bool
-    bits: list[list[Any]]
+    bits: list[list[str | int]]
     """``[[rule, action, bit], ...]``: the verdict bits."""
     field: str = ""
     """``system``, ``verdict``, ``delay``, ``queue``, ``lateness`` or ``arrival``."""
@@ -86,7 +91,7 @@ class KeptSpec:
 class ObservationSpec:
     """``wmobs_policy_observation``: what one aggregate counts, the columns of its JSON."""
 
-    counts: list[list[Any]]
+    counts: list[list[str | int]]
     """``[[column, bit], ...]``: a count per verdict bit."""
     dropped_bits: int
     dead_letters: str | None
@@ -128,7 +133,7 @@ class DeadLettersSpec:
     """``wmobs_dead_letters``: where the dropped rows go, the rules' bits, the policy."""
 
     directory: str
-    rules: list[list[Any]]
+    rules: list[list[str | int]]
     policy: str
 
 
@@ -154,8 +159,34 @@ def members(spec: type) -> list[str]:
 
 
 def to_dict(spec: Any) -> dict[str, Any]:
-    """``spec`` as the JSON object its function reads (nested specs as objects)."""
+    """``spec`` as the JSON object its function reads (nested specs as objects), each member
+    checked against its annotation (a ``TypeError`` naming it)."""
+    _check(spec)
     return asdict(spec)
+
+
+def _check(spec: Any) -> None:
+    hints = typing.get_type_hints(type(spec))
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if not _conforms(value, hints[f.name]):
+            raise TypeError(
+                f"wmobs: {type(spec).__name__}.{f.name} is {value!r}, not {hints[f.name]}"
+            )
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """True if ``value`` is of ``hint`` (the annotations the specs use; ``bool`` is no int)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, h) for h in typing.get_args(hint))
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_conforms(v, item) for v in value)
+    if isinstance(hint, type) and is_dataclass(hint) and isinstance(value, hint):
+        _check(value)  # a nested spec: its members checked too
+        return True
+    return isinstance(value, hint) and not (hint is int and isinstance(value, bool))
 
 
 def to_json(spec: Any) -> str:

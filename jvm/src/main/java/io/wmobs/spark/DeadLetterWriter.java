@@ -83,15 +83,16 @@ public final class DeadLetterWriter implements Serializable {
   DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
     Spec.members("wmobs_dead_letters", spec, MEMBERS, OPTIONAL);
     // Built on the driver: a relative directory as Spark resolves the query's checkpoint.
-    directory = Hadoop.qualified(spec.get("directory").asText().replaceAll("/+$", ""));
-    JsonNode rules = spec.get("rules");
+    Spec.Reader read = new Spec.Reader("wmobs_dead_letters", spec);
+    directory = Hadoop.qualified(read.text("directory").replaceAll("/+$", ""));
+    List<JsonNode> rules = read.tuples("rules", "si");
     ruleNames = new String[rules.size()];
     ruleBits = new long[rules.size()];
     for (int i = 0; i < rules.size(); i++) {
-      ruleNames[i] = rules.get(i).get(0).asText();
-      ruleBits[i] = rules.get(i).get(1).asLong();
+      ruleNames[i] = rules.get(i).get(0).textValue();
+      ruleBits[i] = rules.get(i).get(1).longValue();
     }
-    policy = spec.get("policy").asText();
+    policy = read.text("policy");
     this.spec = spec.toString();
     this.conf = conf;
   }

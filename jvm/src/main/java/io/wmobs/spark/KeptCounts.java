@@ -54,15 +54,14 @@ final class KeptCounts implements Serializable {
     this.conf = conf;
   }
 
-  /** From the observation's spec ({@code kept}: null, or {@code checkpoint} and {@code directory}). */
-  static KeptCounts of(JsonNode spec) {
-    JsonNode kept = spec.get("kept");
-    if (kept == null || kept.isNull()) {
+  /** As the observation's spec says ({@code kept}: null, or its checkpoint and directory). */
+  static KeptCounts of(Observation observation) {
+    if (observation.keptCheckpoint() == null) {
       return null;
     }
     return new KeptCounts(
-        Hadoop.Checkpoint.onDriver(kept.get("checkpoint").asText()),
-        kept.get("directory").asText(),
+        Hadoop.Checkpoint.onDriver(observation.keptCheckpoint()),
+        observation.keptDirectory(),
         Hadoop.sessionConf());
   }
 

@@ -50,7 +50,7 @@ import java.util.Set;
  * so the first counts are the counts.
  */
 public final class Observation implements Serializable {
-  private static final long serialVersionUID = 2L;
+  private static final long serialVersionUID = 3L;
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final String[] countColumns;
@@ -71,6 +71,9 @@ public final class Observation implements Serializable {
   private final long[] queueBounds;
   /** Where the queueing delay is among the arguments (-1: not counted). */
   private final int queueArgument;
+  /** Where each task's counts are kept until Spark commits (null: not kept), and below it. */
+  private final String keptCheckpoint;
+  private final String keptDirectory;
   /** Substreams' spread between keys (null: not observed), and where its two arguments are. */
   private final String spreadColumn;
   private final int spreadArgument;
@@ -95,43 +98,40 @@ public final class Observation implements Serializable {
   Observation(JsonNode spec, String name) {
     this.name = name;
     Spec.members(name, spec, MEMBERS, Set.of());
-    for (String nested : List.of("histogram", "queueing", "kept")) {
-      JsonNode member = spec.get(nested);
-      if (!member.isNull()) {
-        Set<String> members =
-            nested.equals("histogram") ? HISTOGRAM : nested.equals("queueing") ? QUEUEING : KEPT;
-        Spec.members(name + "'s " + nested, member, members, Set.of());
-      }
-    }
-    JsonNode counts = spec.get("counts");
+    Spec.Reader read = new Spec.Reader(name, spec);
+    List<JsonNode> counts = read.tuples("counts", "si");
     countColumns = new String[counts.size()];
     countBits = new long[counts.size()];
     for (int i = 0; i < counts.size(); i++) {
-      countColumns[i] = counts.get(i).get(0).asText();
-      countBits[i] = counts.get(i).get(1).asLong();
+      countColumns[i] = counts.get(i).get(0).textValue();
+      countBits[i] = counts.get(i).get(1).longValue();
     }
-    droppedBits = spec.get("dropped_bits").asLong();
-    deadLetterColumn = text(spec, "dead_letters");
-    firingsColumn = text(spec, "firings");
-    watermarkColumn = spec.get("watermark").asText();
-    eventTimeColumn = spec.get("event_time").asText();
-    toleranceUs = spec.get("tolerance_us").asLong();
-    JsonNode histogram = spec.get("histogram");
-    boolean distributions = histogram != null && !histogram.isNull();
-    bucketsColumn = distributions ? histogram.get("buckets").asText() : null;
-    sumColumns =
-        distributions
-            ? new String[] {histogram.get("sums").get(0).asText(), histogram.get("sums").get(1).asText()}
-            : new String[0];
-    first = distributions ? bounds(histogram.get("bounds").get(0)) : new long[0];
-    second = distributions ? bounds(histogram.get("bounds").get(1)) : new long[0];
-    JsonNode queueing = spec.get("queueing");
-    boolean queued = queueing != null && !queueing.isNull();
-    queueColumn = queued ? queueing.get("buckets").asText() : null;
-    queueSumColumn = queued ? queueing.get("sum").asText() : null;
-    queueBounds = queued ? bounds(queueing.get("bounds")) : new long[0];
+    droppedBits = read.integer("dropped_bits");
+    deadLetterColumn = read.textOrNull("dead_letters");
+    firingsColumn = read.textOrNull("firings");
+    watermarkColumn = read.text("watermark");
+    eventTimeColumn = read.text("event_time");
+    toleranceUs = read.integer("tolerance_us");
+    Spec.Reader histogram = read.objectOrNull("histogram", HISTOGRAM);
+    boolean distributions = histogram != null;
+    bucketsColumn = distributions ? histogram.text("buckets") : null;
+    sumColumns = distributions ? pair("sums", histogram.texts("sums")) : new String[0];
+    List<long[]> bounds = distributions ? histogram.integerLists("bounds") : List.of();
+    if (distributions && bounds.size() != 2) {
+      throw new IllegalArgumentException("wmobs: " + name + "'s histogram has two bounds' lists");
+    }
+    first = distributions ? ascending(bounds.get(0)) : new long[0];
+    second = distributions ? ascending(bounds.get(1)) : new long[0];
+    Spec.Reader queueing = read.objectOrNull("queueing", QUEUEING);
+    boolean queued = queueing != null;
+    queueColumn = queued ? queueing.text("buckets") : null;
+    queueSumColumn = queued ? queueing.text("sum") : null;
+    queueBounds = queued ? ascending(queueing.integers("bounds")) : new long[0];
     queueArgument = queued ? (distributions ? 6 : 4) : -1;
-    spreadColumn = text(spec, "spread");
+    Spec.Reader kept = read.objectOrNull("kept", KEPT);
+    keptCheckpoint = kept == null ? null : kept.text("checkpoint");
+    keptDirectory = kept == null ? null : kept.text("directory");
+    spreadColumn = read.textOrNull("spread");
     int before = 4 + (distributions ? 2 : 0) + (queued ? 1 : 0);
     spreadArgument = spreadColumn == null ? -1 : before;
     arity = before + (spreadColumn == null ? 0 : 2);
@@ -142,20 +142,29 @@ public final class Observation implements Serializable {
     return name;
   }
 
-  private static String text(JsonNode spec, String field) {
-    JsonNode node = spec.get(field);
-    return node == null || node.isNull() ? null : node.asText();
+  private String[] pair(String member, List<String> values) {
+    if (values.size() != 2) {
+      throw new IllegalArgumentException("wmobs: " + name + "'s histogram has two " + member);
+    }
+    return values.toArray(new String[0]);
   }
 
-  private static long[] bounds(JsonNode values) {
-    long[] parsed = new long[values.size()];
-    for (int i = 0; i < parsed.length; i++) {
-      parsed[i] = values.get(i).asLong();
-      if (i > 0 && parsed[i] <= parsed[i - 1]) {
-        throw new IllegalArgumentException("wmobs: bounds must ascend: " + values);
+  private static long[] ascending(long[] bounds) {
+    for (int i = 1; i < bounds.length; i++) {
+      if (bounds[i] <= bounds[i - 1]) {
+        throw new IllegalArgumentException("wmobs: bounds must ascend: " + Arrays.toString(bounds));
       }
     }
-    return parsed;
+    return bounds;
+  }
+
+  /** The query's checkpoint where each task's counts are kept (null: not kept, see KeptCounts). */
+  String keptCheckpoint() {
+    return keptCheckpoint;
+  }
+
+  String keptDirectory() {
+    return keptDirectory;
   }
 
   /**

@@ -60,7 +60,7 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
     Observation observation = Observation.of(spec, name);
     List<Expression> rest = Spec.rest(arguments);
     Spec.arity(name, rest, observation.arity());
-    return new ObservationAggregate(observation, KeptCounts.of(spec), rest, 0, 0);
+    return new ObservationAggregate(observation, KeptCounts.of(observation), rest, 0, 0);
   }
 
   /** The ordinals, found on the first row (the arguments are bound by then). */

@@ -121,23 +121,19 @@ public final class PolicyRules implements Serializable {
           "out_of_order_us", "out_of_order_drop", "bits", "field");
 
   static PolicyRules of(JsonNode spec) {
+    Spec.Reader read = new Spec.Reader("wmobs_judge", spec);
     Map<String, Integer> bits = new HashMap<>();
-    for (JsonNode bit : spec.path("bits")) {
-      bits.put(bit.get(0).asText() + "." + bit.get(1).asText(), bit.get(2).asInt());
+    for (JsonNode bit : read.tuples("bits", "ssi")) {
+      bits.put(bit.get(0).textValue() + "." + bit.get(1).textValue(), bit.get(2).intValue());
     }
     return new PolicyRules(
-        micros(spec, "early_arrival_us"),
-        spec.path("early_arrival_drop").asBoolean(),
-        micros(spec, "late_arrival_us"),
-        spec.path("late_arrival_drop").asBoolean(),
-        micros(spec, "out_of_order_us"),
-        spec.path("out_of_order_drop").asBoolean(),
+        read.integerOr("early_arrival_us", NULL),
+        read.bool("early_arrival_drop"),
+        read.integerOr("late_arrival_us", NULL),
+        read.bool("late_arrival_drop"),
+        read.integerOr("out_of_order_us", NULL),
+        read.bool("out_of_order_drop"),
         bits);
-  }
-
-  private static long micros(JsonNode spec, String field) {
-    JsonNode node = spec.get(field);
-    return node == null || node.isNull() ? NULL : node.asLong();
   }
 
   /**
@@ -218,8 +214,12 @@ public final class PolicyRules implements Serializable {
     Spec.members(name, spec, MEMBERS, Set.of());
     List<Expression> rest = Spec.rest(arguments);
     Spec.arity(name, rest, 4);
-    Field field = Field.named(spec.path("field").asText(""));
-    return new Judge(of(spec), field, name, rest);
+    return new Judge(of(spec), field(name, spec), name, rest);
+  }
+
+  /** The field of the judgement a call returns: its spec's {@code field}. */
+  static Field field(String name, JsonNode spec) {
+    return Field.named(new Spec.Reader(name, spec).text("field"));
   }
 
   /**

@@ -2,8 +2,10 @@ package io.wmobs.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.NullNode;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
@@ -87,9 +89,149 @@ final class Spec {
     }
   }
 
-  /** A text member, or null where it is absent or null. */
-  static String textOrNull(JsonNode spec, String field) {
-    JsonNode node = spec.get(field);
-    return node == null || node.isNull() ? null : node.asText();
+  /**
+   * A spec read member by member, each as the JSON type its parser takes: a member of another
+   * type is an error naming it, never a default (as Jackson's {@code asText}, {@code asLong}
+   * and {@code asBoolean} would read it). Which members a spec has is {@link #members}' check.
+   */
+  static final class Reader {
+    private final String what;
+    private final JsonNode spec;
+
+    Reader(String what, JsonNode spec) {
+      this.what = what;
+      this.spec = spec;
+    }
+
+    private JsonNode member(String name) {
+      JsonNode node = spec.get(name);
+      return node == null ? NullNode.getInstance() : node;
+    }
+
+    private IllegalArgumentException wrong(String name, String expected, JsonNode found) {
+      return new IllegalArgumentException(
+          "wmobs: the spec of " + what + ": " + name + " must be " + expected + ", not " + found);
+    }
+
+    String text(String name) {
+      JsonNode node = member(name);
+      if (!node.isTextual()) {
+        throw wrong(name, "a string", node);
+      }
+      return node.textValue();
+    }
+
+    /** A string member, or null where it is null. */
+    String textOrNull(String name) {
+      return member(name).isNull() ? null : text(name);
+    }
+
+    long integer(String name) {
+      JsonNode node = member(name);
+      if (!node.isIntegralNumber() || !node.canConvertToLong()) {
+        throw wrong(name, "an integer", node);
+      }
+      return node.longValue();
+    }
+
+    /** An integer member, or {@code none} where it is null. */
+    long integerOr(String name, long none) {
+      return member(name).isNull() ? none : integer(name);
+    }
+
+    boolean bool(String name) {
+      JsonNode node = member(name);
+      if (!node.isBoolean()) {
+        throw wrong(name, "true or false", node);
+      }
+      return node.booleanValue();
+    }
+
+    List<String> texts(String name) {
+      List<String> texts = new ArrayList<>();
+      for (JsonNode element : elements(name, "a list of strings", array(name, "a list"), "s")) {
+        texts.add(element.textValue());
+      }
+      return texts;
+    }
+
+    long[] integers(String name) {
+      return integers(name, "a list of integers", array(name, "a list of integers"));
+    }
+
+    /** A list of lists of integers. */
+    List<long[]> integerLists(String name) {
+      String expected = "a list of lists of integers";
+      List<long[]> lists = new ArrayList<>();
+      for (JsonNode list : array(name, expected)) {
+        if (!list.isArray()) {
+          throw wrong(name, expected, member(name));
+        }
+        lists.add(integers(name, expected, list));
+      }
+      return lists;
+    }
+
+    private long[] integers(String name, String expected, JsonNode list) {
+      List<JsonNode> elements = elements(name, expected, list, "i");
+      long[] values = new long[elements.size()];
+      for (int i = 0; i < values.length; i++) {
+        values[i] = elements.get(i).longValue();
+      }
+      return values;
+    }
+
+    /** The elements of {@code list}, each of {@code kind} ({@code s} or {@code i}). */
+    private List<JsonNode> elements(String name, String expected, JsonNode list, String kind) {
+      List<JsonNode> found = new ArrayList<>();
+      for (JsonNode value : list) {
+        if (!(kind.equals("s") ? value.isTextual() : value.isIntegralNumber())) {
+          throw wrong(name, expected, member(name));
+        }
+        found.add(value);
+      }
+      return found;
+    }
+
+    /**
+     * A list of tuples, each a list of the kinds {@code kinds} says ({@code s} a string, {@code
+     * i} an integer), e.g. {@code [[rule, bit], ...]} for {@code "si"}.
+     */
+    List<JsonNode> tuples(String name, String kinds) {
+      String expected = "a list of [" + kinds + "] (s: a string, i: an integer)";
+      List<JsonNode> tuples = new ArrayList<>();
+      for (JsonNode tuple : array(name, expected)) {
+        if (!tuple.isArray() || tuple.size() != kinds.length()) {
+          throw wrong(name, expected, member(name));
+        }
+        for (int i = 0; i < kinds.length(); i++) {
+          elements(name, expected, JSON.createArrayNode().add(tuple.get(i)), kinds.substring(i, i + 1));
+        }
+        tuples.add(tuple);
+      }
+      return tuples;
+    }
+
+    private JsonNode array(String name, String expected) {
+      JsonNode node = member(name);
+      if (!node.isArray()) {
+        throw wrong(name, expected, node);
+      }
+      return node;
+    }
+
+    /** A nested spec with exactly {@code members}, or null where the member is null. */
+    Reader objectOrNull(String name, Set<String> members) {
+      JsonNode node = member(name);
+      if (node.isNull()) {
+        return null;
+      }
+      if (!node.isObject()) {
+        throw wrong(name, "an object or null", node);
+      }
+      String nested = what + "'s " + name;
+      Spec.members(nested, node, members, Set.of());
+      return new Reader(nested, node);
+    }
   }
 }

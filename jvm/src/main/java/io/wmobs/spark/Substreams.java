@@ -100,32 +100,27 @@ public final class Substreams {
         throw new UncheckedIOException("wmobs: the substreams' spec is not JSON: " + text, e);
       }
       Spec.members("the substreams", spec, MEMBERS, OPTIONAL);
-      List<String> appended = new ArrayList<>();
-      spec.get("appended").forEach(name -> appended.add(name.asText()));
+      Spec.Reader read = new Spec.Reader("the substreams", spec);
+      List<String> appended = read.texts("appended");
       if (appended.size() != 3) {
         throw new IllegalArgumentException("wmobs: substreams append 3 columns, not " + appended);
       }
       return new Settings(
-          spec.get("tolerance_us").asLong(),
-          spec.get("drop").asBoolean(),
-          orNone(spec, "ttl_ms"),
-          orNone(spec, "idle_timeout_ms"),
-          Math.max(1, orNone(spec, "check_interval_ms")),
-          spec.get("candidate_bits").asLong(),
-          spec.get("ooo_bit").asLong(),
-          spec.get("key").asText(),
-          spec.get("ts").asText(),
-          spec.get("arrival").asText(),
-          spec.get("verdict").asText(),
-          Spec.textOrNull(spec, "idle"),
+          read.integer("tolerance_us"),
+          read.bool("drop"),
+          read.integerOr("ttl_ms", -1),
+          read.integerOr("idle_timeout_ms", -1),
+          Math.max(1, read.integerOr("check_interval_ms", -1)),
+          read.integer("candidate_bits"),
+          read.integer("ooo_bit"),
+          read.text("key"),
+          read.text("ts"),
+          read.text("arrival"),
+          read.text("verdict"),
+          read.textOrNull("idle"),
           List.copyOf(appended),
-          spec.get("checkpoint").asText(),
-          spec.get("files").asText());
-    }
-
-    private static long orNone(JsonNode spec, String member) {
-      JsonNode value = spec.get(member);
-      return value.isNull() ? -1 : value.asLong();
+          read.text("checkpoint"),
+          read.text("files"));
     }
 
     boolean timeouts() {

@@ -44,12 +44,10 @@ public final class SubstreamsCall extends PlannedCall implements Serializable {
   static Expression build(List<Expression> arguments) {
     String text = Spec.text(NAME, arguments);
     JsonNode spec = Spec.json(NAME, arguments);
-    List<String> names = new ArrayList<>();
-    JsonNode listed = spec.get("columns");
-    if (listed == null || !listed.isArray()) {
+    if (spec.get("columns") == null) {
       throw new IllegalArgumentException("wmobs: " + NAME + "'s spec names its columns");
     }
-    listed.forEach(name -> names.add(name.asText()));
+    List<String> names = new Spec.Reader(NAME, spec).texts("columns");
     List<Expression> columns = Spec.rest(arguments);
     Spec.arity(NAME, columns, names.size());
     Substreams.Settings.parse(text); // an error in the spec now, not when planned

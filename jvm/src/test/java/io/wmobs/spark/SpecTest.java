@@ -3,7 +3,11 @@ package io.wmobs.spark;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.Iterator;
 import java.util.Set;
 import org.junit.jupiter.api.Test;
 
@@ -40,7 +44,7 @@ class SpecTest {
   /** The members each parser reads, as the Python side's dataclasses write them. */
   @Test
   void everySpecHasTheMembersPythonWrites() throws Exception {
-    com.fasterxml.jackson.databind.JsonNode reference = ReferenceTest.load("jvm_specs.json");
+    JsonNode reference = ReferenceTest.load("jvm_specs.json");
     java.util.Map<String, Set<String>[]> parsers =
         java.util.Map.of(
             "wmobs_judge", sets(PolicyRules.MEMBERS, Set.of()),
@@ -51,13 +55,13 @@ class SpecTest {
     reference.get("specs").fieldNames().forEachRemaining(listed::add);
     org.junit.jupiter.api.Assertions.assertEquals(new java.util.TreeSet<>(parsers.keySet()), listed);
     for (String function : listed) {
-      com.fasterxml.jackson.databind.JsonNode spec = reference.get("specs").get(function);
+      JsonNode spec = reference.get("specs").get(function);
       org.junit.jupiter.api.Assertions.assertEquals(
           names(spec.get("members")), parsers.get(function)[0], function);
       org.junit.jupiter.api.Assertions.assertEquals(
           names(spec.get("optional")), parsers.get(function)[1], function);
     }
-    com.fasterxml.jackson.databind.JsonNode nested = reference.get("nested");
+    JsonNode nested = reference.get("nested");
     org.junit.jupiter.api.Assertions.assertEquals(
         names(nested.get("wmobs_policy_observation.histogram")), Observation.HISTOGRAM);
     org.junit.jupiter.api.Assertions.assertEquals(
@@ -66,12 +70,101 @@ class SpecTest {
         names(nested.get("wmobs_policy_observation.kept")), Observation.KEPT);
   }
 
+  /** Every example spec as the Python side writes it, parsed by its function's parser. */
+  @Test
+  void everyExampleSpecParses() throws Exception {
+    JsonNode examples = ReferenceTest.load("jvm_specs.json").get("examples");
+    int parsed = 0;
+    for (Iterator<String> it = examples.fieldNames(); it.hasNext(); ) {
+      String function = it.next();
+      for (JsonNode example : examples.get(function)) {
+        parse(function, example);
+        parsed++;
+      }
+    }
+    assertTrue(parsed >= 4, "examples: " + parsed);
+  }
+
+  /**
+   * Each member of each example (nested ones too), given a value of another JSON type, is
+   * refused with an error naming it: never read as a default.
+   */
+  @Test
+  void aMemberOfAnotherTypeIsRefusedByName() throws Exception {
+    JsonNode examples = ReferenceTest.load("jvm_specs.json").get("examples");
+    int refused = 0;
+    for (Iterator<String> it = examples.fieldNames(); it.hasNext(); ) {
+      String function = it.next();
+      for (JsonNode example : examples.get(function)) {
+        for (Iterator<String> names = example.fieldNames(); names.hasNext(); ) {
+          String member = names.next();
+          JsonNode value = example.get(member);
+          refused += refuses(function, example, member, null, value);
+          if (value.isObject()) {
+            for (Iterator<String> inner = value.fieldNames(); inner.hasNext(); ) {
+              String nested = inner.next();
+              refused += refuses(function, example, member, nested, value.get(nested));
+            }
+          }
+        }
+      }
+    }
+    assertTrue(refused > 60, "refused: " + refused);
+  }
+
+  private static int refuses(
+      String function, JsonNode example, String member, String nested, JsonNode value) {
+    ObjectNode spec = example.deepCopy();
+    ObjectNode holder =
+        nested == null ? spec : (ObjectNode) spec.get(member);
+    String name = nested == null ? member : nested;
+    holder.set(name, otherType(value));
+    IllegalArgumentException error =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> parse(function, spec),
+            function + "." + member + (nested == null ? "" : "." + nested));
+    assertTrue(error.getMessage().contains(name), error.getMessage());
+    return 1;
+  }
+
+  /** A value of another JSON type than {@code value}'s. */
+  private static JsonNode otherType(JsonNode value) {
+    JsonNodeFactory nodes =
+        JsonNodeFactory.instance;
+    if (value.isTextual()) {
+      return nodes.numberNode(7);
+    }
+    if (value.isNumber() || value.isBoolean()) {
+      return nodes.textNode(value.asText());
+    }
+    if (value.isNull()) {
+      return nodes.arrayNode();
+    }
+    return value.isArray() ? nodes.textNode("[]") : nodes.numberNode(7);
+  }
+
+  /** {@code spec} parsed as {@code function}'s call parses it. */
+  private static void parse(String function, JsonNode spec) {
+    switch (function) {
+      case "wmobs_judge" -> {
+        Spec.members(function, spec, PolicyRules.MEMBERS, Set.of());
+        PolicyRules.of(spec);
+        PolicyRules.field(function, spec);
+      }
+      case "wmobs_policy_observation" -> Observation.of(spec, function);
+      case "wmobs_substreams" -> Substreams.Settings.parse(spec.toString());
+      case "wmobs_dead_letters" -> new DeadLetterWriter(spec, null);
+      default -> throw new AssertionError("no parser for " + function);
+    }
+  }
+
   @SuppressWarnings("unchecked")
   private static Set<String>[] sets(Set<String> members, Set<String> optional) {
     return new Set[] {new java.util.TreeSet<>(members), new java.util.TreeSet<>(optional)};
   }
 
-  private static Set<String> names(com.fasterxml.jackson.databind.JsonNode list) {
+  private static Set<String> names(JsonNode list) {
     Set<String> found = new java.util.TreeSet<>();
     list.forEach(name -> found.add(name.asText()));
     return found;
