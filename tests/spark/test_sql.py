@@ -121,9 +121,34 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
         ("substream_by => 'device'", r"substream_by: column 'device' is not in the input"),
         ("name => '..'", r"name: use letters, digits"),
         ("name => 'a', name => 'b'", r"option name given twice"),
+        ("'EventTime'", r"takes its options by name \(event_time => 'EventTime'\), not 'Ev"),
+        ("substream_by => 'tags'", r"substream_by: column 'tags' is map<string,string>; a key"),
+        (
+            "dead_letter => '/proc/wmobs'",
+            r"cannot write to the dead letters' directory /proc/wmobs \(java",
+        ),
     ],
 )
 def test_sql_errors_name_the_argument(spark: Any, tmp_path: Path, options: str, error: str) -> None:
-    _events(spark, tmp_path, "erring_events")
+    _events(spark, tmp_path, "erring_source")
+    spark.sql("SELECT *, map('a', 'b') AS tags FROM erring_source").createOrReplaceTempView(
+        "erring_events"
+    )
     with pytest.raises(Exception, match=error):
         spark.sql(f"SELECT * FROM wmobs_time_policy(TABLE(erring_events), {options})").collect()
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        ("wmobs_time_policy('events', name => 'a')", r"its first argument is the input, TABLE\("),
+        ("wmobs_time_policy(TABLE(batch_events))", r"the input is not streaming; pass TABLE\("),
+    ],
+)
+def test_sql_errors_name_the_input(spark: Any, call: str, error: str) -> None:
+    from wmobs.policy._jvm._extension import load
+
+    load(spark)
+    spark.range(3).createOrReplaceTempView("batch_events")
+    with pytest.raises(Exception, match=error):
+        spark.sql(f"SELECT * FROM {call}").collect()
