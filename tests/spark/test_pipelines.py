@@ -1,9 +1,10 @@
 """Time policies in Spark Declarative Pipelines: ``examples/pipeline`` run by
 ``spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)`` as its spec says,
-over the worked example's events, one file per micro-batch: a Python ``@dp.table`` with the
-global policy, one per device, and a SQL ``CREATE STREAMING TABLE`` with
-``wmobs_time_policy``; every flow's output is the reference cases', and a listener attached in
-a pipeline file counts each flow's verdicts under the name SDP gives it (PySpark 4.1+)."""
+over the worked example's events, one file per micro-batch: the global policy in a Python
+``@dp.table`` and in a ``@dp.temporary_view`` that a table reads, one per device in an
+``@dp.append_flow``, and a SQL ``CREATE STREAMING TABLE`` with ``wmobs_time_policy``; every
+flow's output is the reference cases', and a listener attached in a pipeline file counts each
+flow's verdicts under the name SDP gives it (PySpark 4.1+)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .test_policy_spark import GLOBAL_EXPECTED, SUBSTREAM_EXPECTED, expected_sec
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-FLOWS = ("judged", "judged_sql", "judged_per_device")
+FLOWS = ("judged", "judged_sql", "judged_per_device", "judged_from_view")
 # A pipeline file of the test's: the listener, attached at the file's top level, and what it
 # saw of each flow written out when the pipeline's process ends.
 LISTENER = f"""
@@ -87,6 +88,7 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         ("judged", GLOBAL_EXPECTED),
         ("judged_sql", GLOBAL_EXPECTED),
         ("judged_per_device", SUBSTREAM_EXPECTED),
+        ("judged_from_view", GLOBAL_EXPECTED),
     ):
         rows = spark.read.parquet(str(warehouse / table)).collect()
         got = {r.id: int(r.system_timestamp.timestamp()) for r in rows}
@@ -97,6 +99,7 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         "judged": {"judged": {**worked, "out_of_order:adjusted": 2}},
         "judged_sql": {"judged_sql": {**worked, "out_of_order:adjusted": 2}},
         "judged_per_device": {"judged_per_device": worked},
+        "judged_from_view": {"viewed": {**worked, "out_of_order:adjusted": 2}},
     }
     # Each flow's checkpoint, under the pipeline's storage, is where the policy found it.
     checkpoints = tmp_path / "storage" / "_checkpoints" / "spark_catalog" / "default"
