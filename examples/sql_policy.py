@@ -71,8 +71,11 @@ def main(seconds: float = 30.0) -> None:
     while query.status["isTriggerActive"]:  # stop between micro-batches
         time.sleep(0.05)
     query.stop()
-    print(monitor.snapshot("sensors").policy("sensors"))  # type: ignore[union-attr]
-    print(f"dead letters: {work}/dead")
+    policy = monitor.snapshot("sensors").policy("sensors")  # type: ignore[union-attr]
+    print(policy)
+    dropped = policy.events[("early_arrival", "dropped")]
+    kept = spark.read.parquet(f"{work}/dead").count() if dropped else 0
+    print(f"early arrivals dropped: {dropped}; dead letters: {kept} rows in {work}/dead")
     monitor.close()
     spark.stop()
 

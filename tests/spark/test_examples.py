@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,21 @@ def test_toll_booth_example_conserves_every_record() -> None:
     assert "records uploaded:        1500" in done.stdout
     for policy in ("invalid_time", "early_arrival", "late_arrival", "out_of_order"):
         assert policy in done.stdout, policy
+
+
+def test_sql_policy_example_drops_early_readings_into_its_dead_letters() -> None:
+    """``examples/sql_policy.py`` as its docstring says to run it (a short run): the SQL
+    function's early-arrival drops counted by the listener, each one in the dead letters."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sql_policy.py"), "12"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = re.search(r"early arrivals dropped: (\d+); dead letters: (\d+) rows", done.stdout)
+    assert found is not None, done.stdout[-3000:]
+    dropped, kept = int(found[1]), int(found[2])
+    assert dropped > 0 and kept == dropped
