@@ -20,6 +20,7 @@ from wmobs import TimePolicy
 from wmobs.testing import iso
 
 from ._streaming import wait_until, write_rows
+from .test_policy_spark import expected_histogram
 
 pytestmark = pytest.mark.spark
 
@@ -160,6 +161,10 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
     events = {k: v for k, v in counts.events.items() if v}
     assert events == expected(3)
     assert counts.dead_letter_rows == len(dead_ids)
+    # The distributions too: every row's arrival delay once (0, 10 minutes early, late).
+    delays = [{0: 0, 1: -600, 2: 600}[i % 3] * 10**6 for _ in range(3) for i in range(10)]
+    ((buckets, _),) = expected_histogram("arrival_delay", delays).values()
+    assert counts.histograms["arrival_delay"].buckets == buckets
 
 
 def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_path: Path) -> None:
