@@ -7,7 +7,10 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.ArrayList;
 import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.Test;
 
@@ -73,16 +76,20 @@ class SpecTest {
   /** Every example spec as the Python side writes it, parsed by its function's parser. */
   @Test
   void everyExampleSpecParses() throws Exception {
+    List<Map.Entry<String, JsonNode>> examples = examples();
+    examples.forEach(example -> parse(example.getKey(), example.getValue()));
+    assertTrue(examples.size() >= 4, "examples: " + examples.size());
+  }
+
+  /** (function, example spec) of each example in the reference. */
+  private static List<Map.Entry<String, JsonNode>> examples() throws Exception {
     JsonNode examples = ReferenceTest.load("jvm_specs.json").get("examples");
-    int parsed = 0;
+    List<Map.Entry<String, JsonNode>> all = new ArrayList<>();
     for (Iterator<String> it = examples.fieldNames(); it.hasNext(); ) {
       String function = it.next();
-      for (JsonNode example : examples.get(function)) {
-        parse(function, example);
-        parsed++;
-      }
+      examples.get(function).forEach(example -> all.add(Map.entry(function, example)));
     }
-    assertTrue(parsed >= 4, "examples: " + parsed);
+    return all;
   }
 
   /**
@@ -91,20 +98,18 @@ class SpecTest {
    */
   @Test
   void aMemberOfAnotherTypeIsRefusedByName() throws Exception {
-    JsonNode examples = ReferenceTest.load("jvm_specs.json").get("examples");
     int refused = 0;
-    for (Iterator<String> it = examples.fieldNames(); it.hasNext(); ) {
-      String function = it.next();
-      for (JsonNode example : examples.get(function)) {
-        for (Iterator<String> names = example.fieldNames(); names.hasNext(); ) {
-          String member = names.next();
-          JsonNode value = example.get(member);
-          refused += refuses(function, example, member, null, value);
-          if (value.isObject()) {
-            for (Iterator<String> inner = value.fieldNames(); inner.hasNext(); ) {
-              String nested = inner.next();
-              refused += refuses(function, example, member, nested, value.get(nested));
-            }
+    for (Map.Entry<String, JsonNode> entry : examples()) {
+      String function = entry.getKey();
+      JsonNode example = entry.getValue();
+      for (Iterator<String> names = example.fieldNames(); names.hasNext(); ) {
+        String member = names.next();
+        JsonNode value = example.get(member);
+        refused += refuses(function, example, member, null, value);
+        if (value.isObject()) {
+          for (Iterator<String> inner = value.fieldNames(); inner.hasNext(); ) {
+            String nested = inner.next();
+            refused += refuses(function, example, member, nested, value.get(nested));
           }
         }
       }
