@@ -128,7 +128,7 @@ final class Spec {
 
     long integer(String name) {
       JsonNode node = member(name);
-      if (!node.isIntegralNumber() || !node.canConvertToLong()) {
+      if (!is('i', node)) {
         throw wrong(name, "an integer", node);
       }
       return node.longValue();
@@ -149,48 +149,22 @@ final class Spec {
 
     List<String> texts(String name) {
       List<String> texts = new ArrayList<>();
-      for (JsonNode element : elements(name, "a list of strings", array(name, "a list"), "s")) {
-        texts.add(element.textValue());
-      }
+      elements(name, "a list of strings", member(name), 's').forEach(e -> texts.add(e.textValue()));
       return texts;
     }
 
     long[] integers(String name) {
-      return integers(name, "a list of integers", array(name, "a list of integers"));
+      return longs(elements(name, "a list of integers", member(name), 'i'));
     }
 
     /** A list of lists of integers. */
     List<long[]> integerLists(String name) {
       String expected = "a list of lists of integers";
       List<long[]> lists = new ArrayList<>();
-      for (JsonNode list : array(name, expected)) {
-        if (!list.isArray()) {
-          throw wrong(name, expected, member(name));
-        }
-        lists.add(integers(name, expected, list));
+      for (JsonNode list : elements(name, expected, member(name), '[')) {
+        lists.add(longs(elements(name, expected, list, 'i')));
       }
       return lists;
-    }
-
-    private long[] integers(String name, String expected, JsonNode list) {
-      List<JsonNode> elements = elements(name, expected, list, "i");
-      long[] values = new long[elements.size()];
-      for (int i = 0; i < values.length; i++) {
-        values[i] = elements.get(i).longValue();
-      }
-      return values;
-    }
-
-    /** The elements of {@code list}, each of {@code kind} ({@code s} or {@code i}). */
-    private List<JsonNode> elements(String name, String expected, JsonNode list, String kind) {
-      List<JsonNode> found = new ArrayList<>();
-      for (JsonNode value : list) {
-        if (!(kind.equals("s") ? value.isTextual() : value.isIntegralNumber())) {
-          throw wrong(name, expected, member(name));
-        }
-        found.add(value);
-      }
-      return found;
     }
 
     /**
@@ -199,25 +173,49 @@ final class Spec {
      */
     List<JsonNode> tuples(String name, String kinds) {
       String expected = "a list of [" + kinds + "] (s: a string, i: an integer)";
-      List<JsonNode> tuples = new ArrayList<>();
-      for (JsonNode tuple : array(name, expected)) {
-        if (!tuple.isArray() || tuple.size() != kinds.length()) {
+      List<JsonNode> tuples = elements(name, expected, member(name), '[');
+      for (JsonNode tuple : tuples) {
+        boolean fits = tuple.size() == kinds.length();
+        for (int i = 0; fits && i < kinds.length(); i++) {
+          fits = is(kinds.charAt(i), tuple.get(i));
+        }
+        if (!fits) {
           throw wrong(name, expected, member(name));
         }
-        for (int i = 0; i < kinds.length(); i++) {
-          elements(name, expected, JSON.createArrayNode().add(tuple.get(i)), kinds.substring(i, i + 1));
-        }
-        tuples.add(tuple);
       }
       return tuples;
     }
 
-    private JsonNode array(String name, String expected) {
-      JsonNode node = member(name);
-      if (!node.isArray()) {
-        throw wrong(name, expected, node);
+    /** The elements of {@code list} (which must be a list), each of {@code kind}. */
+    private List<JsonNode> elements(String name, String expected, JsonNode list, char kind) {
+      if (!list.isArray()) {
+        throw wrong(name, expected, member(name));
       }
-      return node;
+      List<JsonNode> found = new ArrayList<>();
+      for (JsonNode value : list) {
+        if (!is(kind, value)) {
+          throw wrong(name, expected, member(name));
+        }
+        found.add(value);
+      }
+      return found;
+    }
+
+    /** {@code value} is of {@code kind}: {@code s} a string, {@code i} a long, {@code [} a list. */
+    private static boolean is(char kind, JsonNode value) {
+      return switch (kind) {
+        case 's' -> value.isTextual();
+        case 'i' -> value.isIntegralNumber() && value.canConvertToLong();
+        default -> value.isArray();
+      };
+    }
+
+    private static long[] longs(List<JsonNode> values) {
+      long[] longs = new long[values.size()];
+      for (int i = 0; i < longs.length; i++) {
+        longs[i] = values.get(i).longValue();
+      }
+      return longs;
     }
 
     /** A nested spec with exactly {@code members}, or null where the member is null. */
