@@ -50,10 +50,11 @@ atexit.register(_seen)
 """
 
 
-def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_path: Path) -> None:
+def _project(tmp_path: Path) -> tuple[Path, str]:
+    """The example pipeline in ``tmp_path``, over the worked example's events, its storage
+    there too: (its directory, its spec's text)."""
     pytest.importorskip("pyspark.pipelines")
-    spark_pipelines = Path(sys.executable).parent / "spark-pipelines"
-    if not spark_pipelines.exists():
+    if not (Path(sys.executable).parent / "spark-pipelines").exists():
         pytest.skip("this PySpark has no spark-pipelines")
     project = tmp_path / "pipeline"
     shutil.copytree(ROOT / "examples" / "pipeline", project)
@@ -64,15 +65,11 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
     spec = spec.replace("file:///tmp/wmobs-pipeline/storage", (tmp_path / "storage").as_uri())
     spec = spec.replace("/tmp/wmobs-pipeline/events", str(events))
     (project / "spark-pipeline.yml").write_text(spec)
-    (project / "transformations" / "zz_listener.py").write_text(LISTENER)
-    env = user_env(spark_pipelines.parent)
-    env["WMOBS_LISTENER_DUMP"] = str(tmp_path / "listener.json")
-    # The command of the spec's comment, as written.
-    command = next(
-        line.split("#", 1)[1].strip() for line in spec.splitlines() if "spark-pipelines run" in line
-    )
-    assert command == 'spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)'
-    done = subprocess.run(
+    return project, spec
+
+
+def _spark_pipelines(project: Path, command: str, env: dict[str, str]) -> Any:
+    return subprocess.run(
         ["bash", "-c", command],
         cwd=project,
         env=env,
@@ -81,6 +78,19 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         timeout=600,
         check=False,
     )
+
+
+def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_path: Path) -> None:
+    project, spec = _project(tmp_path)
+    (project / "transformations" / "zz_listener.py").write_text(LISTENER)
+    env = user_env(Path(sys.executable).parent)
+    env["WMOBS_LISTENER_DUMP"] = str(tmp_path / "listener.json")
+    # The command of the spec's comment, as written.
+    command = next(
+        line.split("#", 1)[1].strip() for line in spec.splitlines() if "spark-pipelines run" in line
+    )
+    assert command == 'spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)'
+    done = _spark_pipelines(project, command, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "Run is COMPLETED" in done.stdout + done.stderr
     warehouse = project / "spark-warehouse"
@@ -106,3 +116,41 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
     for table in FLOWS:
         offsets = checkpoints / table / table / "0" / "offsets"
         assert len([f for f in offsets.iterdir() if not f.name.startswith(".")]) == 12, table
+
+
+# A policy over a column its input lacks: found when SDP analyses the flow, not in the query
+# function (which may analyse nothing).
+BAD_FLOW = """
+from pyspark import pipelines as dp
+from pyspark.sql import SparkSession
+
+import wmobs
+
+spark = SparkSession.active()
+
+
+@dp.table
+def bad_column():
+    policy = wmobs.TimePolicy(event_time="When", name="bad_column")
+    return policy.apply(spark.readStream.table("events"))
+"""
+
+
+def test_a_policy_over_a_missing_column_fails_the_pipelines_dry_run_naming_the_argument(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``spark-pipelines dry-run`` (the graph analysed, nothing run): the policy's check of its
+    event-time column happens where SDP analyses the flow, with the Python API's error."""
+    project, _ = _project(tmp_path)
+    for flow in project.joinpath("transformations").iterdir():
+        if flow.name != "events.py":
+            flow.unlink()
+    (project / "transformations" / "bad.py").write_text(BAD_FLOW)
+    env = user_env(Path(sys.executable).parent)
+    done = _spark_pipelines(
+        project, 'spark-pipelines dry-run --remote "local[2]" $(wmobs spark-submit-args)', env
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said[-3000:]
+    missing = "event_time: column 'When' is not in the input (columns: id, EventTime"
+    assert missing in said, said[-5000:]

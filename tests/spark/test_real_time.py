@@ -27,17 +27,11 @@ WORKED = {**CLUSTER_WORKED, "arrival_time": "timestamp"}  # Kafka's timestamp
 
 @pytest.fixture(autouse=True)
 def real_time_mode(spark: Any) -> Iterator[None]:
-    """PySpark 4.2+ with Spark's Kafka source; real-time batches of 1 s (Spark's floor is 5 s).
-    (Spark 4.1 has real-time mode in Scala and Java only: PySpark 4.1's ``trigger`` lacks
-    ``realTime``.)"""
-    import inspect
-
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
+    """Spark 4.1+ with Spark's Kafka source; real-time batches of 1 s (Spark's floor is 5 s)."""
     from tests.kafka import spark_kafka_jars
 
-    if "realTime" not in inspect.signature(DataStreamWriter.trigger).parameters:
-        pytest.skip(f"PySpark {spark.version} has no trigger(realTime=...) (4.2+)")
+    if not python_has_real_time() and not _spark_real_time_trigger(spark):
+        pytest.skip(f"Spark {spark.version} has no real-time mode (4.1+)")
     if not spark_kafka_jars(spark.version):
         pytest.fail(f"Spark's Kafka source for Spark {spark.version} is missing (./dev fetches it)")
     spark.conf.set("spark.sql.streaming.realTimeMode.minBatchDuration", "1000")
@@ -54,22 +48,44 @@ def producer(kafka: Any) -> Iterator[Any]:
     producer.close()
 
 
+def python_has_real_time() -> bool:
+    """PySpark 4.2+: ``trigger(realTime=...)``."""
+    import inspect
+
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    return "realTime" in inspect.signature(DataStreamWriter.trigger).parameters
+
+
+def _spark_real_time_trigger(spark: Any) -> Any:
+    """Spark's own real-time trigger (``RealTimeTrigger``, Scala and Java's on Spark 4.1, which
+    PySpark 4.1's ``trigger`` lacks), or None."""
+    from py4j.java_gateway import JavaClass
+
+    found = spark._jvm.org.apache.spark.sql.execution.streaming.RealTimeTrigger
+    return found if isinstance(found, JavaClass) else None  # else a JavaPackage: no such class
+
+
 def _start(judged: Any, kafka: Any, out: str, checkpoint: Path) -> Any:
     """Each kept row's id and system time to the topic ``out`` (Kafka's sink: real-time mode
-    allows it, not the memory sink), in real-time batches of 1 s."""
+    allows it, not the memory sink), in real-time batches of 1 s: ``trigger(realTime=...)``,
+    or on PySpark 4.1 Spark's trigger as a Scala or Java query sets it."""
     from pyspark.sql import functions as F
 
     row = F.struct("id", F.unix_seconds("system_timestamp").alias("system"))
-    return (
+    writer = (
         judged.select(F.to_json(row).alias("value"))
         .writeStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap)
         .option("topic", out)
         .option("checkpointLocation", str(checkpoint))
         .outputMode("update")
-        .trigger(realTime="1 second")
-        .start()
     )
+    if python_has_real_time():
+        return writer.trigger(realTime="1 second").start()
+    trigger = _spark_real_time_trigger(judged.sparkSession).apply("1 second")
+    writer._jwrite = writer._jwrite.trigger(trigger)
+    return writer.start()
 
 
 def _consume(kafka: Any, name: str, count: int) -> dict[int, int]:
@@ -119,6 +135,7 @@ def test_the_worked_example_in_real_time_batches(
     assert query.exception() is None
     assert kept == wanted
     assert snap is not None
+    assert snap.input_rows == len(rows)  # exact per real-time batch (the metrics reference)
     counts = snap.policy("rt_global")
     assert counts is not None and counts.engine == "jvm"
     dropped = sum(n for (_, action), n in counts.events.items() if action == "dropped")
