@@ -30,7 +30,7 @@ def real_time_mode(spark: Any) -> Iterator[None]:
     """Spark 4.1+ with Spark's Kafka source; real-time batches of 1 s (Spark's floor is 5 s)."""
     from tests.kafka import spark_kafka_jars
 
-    if not python_has_real_time() and not _spark_real_time_trigger(spark):
+    if not _python_has_real_time() and not _spark_real_time_trigger(spark):
         pytest.skip(f"Spark {spark.version} has no real-time mode (4.1+)")
     if not spark_kafka_jars(spark.version):
         pytest.fail(f"Spark's Kafka source for Spark {spark.version} is missing (./dev fetches it)")
@@ -48,7 +48,7 @@ def producer(kafka: Any) -> Iterator[Any]:
     producer.close()
 
 
-def python_has_real_time() -> bool:
+def _python_has_real_time() -> bool:
     """PySpark 4.2+: ``trigger(realTime=...)``."""
     import inspect
 
@@ -81,7 +81,7 @@ def _start(judged: Any, kafka: Any, out: str, checkpoint: Path) -> Any:
         .option("checkpointLocation", str(checkpoint))
         .outputMode("update")
     )
-    if python_has_real_time():
+    if _python_has_real_time():
         return writer.trigger(realTime="1 second").start()
     trigger = _spark_real_time_trigger(judged.sparkSession).apply("1 second")
     writer._jwrite = writer._jwrite.trigger(trigger)
