@@ -24,7 +24,7 @@ from wmobs.listener import parse_timestamp
 from wmobs.listener._traces import PHASES
 from wmobs.testing import parse_metrics
 
-from ._streaming import start_kept, write_rows
+from ._streaming import start_kept, wait_until, write_rows
 from .cluster_job import WORKED
 from .test_policy_spark import GLOBAL_EXPECTED, SCHEMA, worked_rows
 
@@ -69,6 +69,11 @@ def _policy_stream(spark: Any, work: Path, name: str, policy: TimePolicy) -> Any
     return start_kept(policy.apply(df, checkpoint_location=checkpoint), name, checkpoint)
 
 
+def _active(monitor: Any, query: str) -> bool:
+    snap = monitor.snapshot(query)
+    return snap is None or snap.active
+
+
 def test_otlp_equals_the_metrics_endpoint_through_a_collector(
     spark: Any, tmp_path: Path, collector: Collector
 ) -> None:
@@ -81,8 +86,13 @@ def test_otlp_equals_the_metrics_endpoint_through_a_collector(
     query = _policy_stream(spark, tmp_path, "otlp_q", policy)
     try:
         query.processAllAvailable()
-        # Both monitors stop hearing events, so the scrape and the pushes see one state.
+        query.stop()
+        # Spark delivers a query's events in order, and the last is its termination: once both
+        # monitors have heard it, none is in flight, and the scrape and the pushes see one
+        # state (a progress event still on its way after processAllAvailable() made them
+        # differ by a micro-batch).
         for monitor in (over_http, over_grpc):
+            wait_until(lambda m=monitor: not _active(m, "otlp_q"), what="the termination")
             spark.streams.removeListener(monitor.listener)
         assert over_http.metrics_url is not None
         own = _wmobs_samples(collector.scrape(over_http.metrics_url))
