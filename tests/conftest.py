@@ -49,6 +49,19 @@ def s3_server() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def read_only_bucket() -> Iterator[Any]:
+    """A bucket on a second moto server, one that checks credentials and policies, with the
+    keys of a user who may read it but not write to it."""
+    pytest.importorskip("moto")
+    from tests.object_store import start_read_only_bucket
+
+    bucket = start_read_only_bucket()
+    yield bucket
+    bucket.process.terminate()
+    bucket.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
 def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Azure's blob service on 127.0.0.1 for this test run (Azurite, from npm: ``./dev test``
     installs it into ``.tools/``)."""

@@ -52,9 +52,17 @@ class S3Server:
         }
 
 
-def _serve(command: list[str], port: int, what: str, timeout: float = 60.0) -> Any:
+def _serve(
+    command: list[str],
+    port: int,
+    what: str,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> Any:
     """Start ``command`` and wait until it accepts connections on ``port``."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -71,6 +79,71 @@ def start_s3_server() -> S3Server:
     port = free_port()
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     return S3Server(f"http://127.0.0.1:{port}", _serve(command, port, "moto's S3 server"))
+
+
+@dataclass(frozen=True)
+class ReadOnlyBucket:
+    """A bucket on an S3 server that checks every request's credentials against its users'
+    policies, and the keys of a user that may list and read the bucket but not write to it."""
+
+    endpoint: str
+    bucket: str
+    key: str
+    secret: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def storage(self) -> Storage:
+        return Storage(
+            options={"endpoint_url": self.endpoint, "key": self.key, "secret": self.secret}
+        )
+
+    def s3a_conf(self) -> dict[str, str]:
+        """Hadoop's S3A settings for this bucket alone (S3A's per-bucket options)."""
+        per_bucket = f"fs.s3a.bucket.{self.bucket}"
+        return {
+            f"{per_bucket}.endpoint": self.endpoint,
+            f"{per_bucket}.access.key": self.key,
+            f"{per_bucket}.secret.key": self.secret,
+        }
+
+
+READ_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "*"}
+    ],
+}
+
+
+def start_read_only_bucket(bucket: str = "wmobs-read-only") -> ReadOnlyBucket:
+    """moto's server with its access control on (``INITIAL_NO_AUTH_ACTION_COUNT``: the first
+    four requests, which make the bucket, the user, its policy and its keys, go unchecked; every
+    later one is checked), and a bucket that refuses the user's writes."""
+    import json
+    import os
+
+    import boto3
+
+    port = free_port()
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "4"}
+    endpoint = f"http://127.0.0.1:{port}"
+    process = _serve(command, port, "moto's S3 server with access control", env=env)
+    try:
+        unchecked = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+        unchecked |= {"aws_access_key_id": KEY, "aws_secret_access_key": SECRET}
+        boto3.client("s3", **unchecked).create_bucket(Bucket=bucket)
+        iam = boto3.client("iam", **unchecked)
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(
+            UserName="reader", PolicyName="read-only", PolicyDocument=json.dumps(READ_ONLY)
+        )
+        keys = iam.create_access_key(UserName="reader")["AccessKey"]
+    except BaseException:
+        process.kill()
+        raise
+    return ReadOnlyBucket(endpoint, bucket, keys["AccessKeyId"], keys["SecretAccessKey"], process)
 
 
 ACCOUNT = "devstoreaccount1"

@@ -324,11 +324,12 @@ def _until_caught_up(judged: Any, checkpoint: str) -> Any:
 
 
 def test_dead_letters_hadoop_cannot_write_fail_early_and_lose_nothing(
-    spark: Any, s3a: Any, tmp_path: Path
+    spark: Any, s3a: Any, read_only_bucket: Any, tmp_path: Path
 ) -> None:
     """On the JVM engine, dead letters go through Hadoop. A bucket without credentials (a
-    per-bucket setting, as a cluster would have it) is a StorageError naming ``dead_letter``
-    at ``apply``, as on the Python engine, not a failure at the first dropped row. A bucket
+    per-bucket setting, as a cluster would have it), or whose credentials may only read it, is
+    a StorageError naming ``dead_letter`` at ``apply``, as on the Python engine, not a failure
+    at the first dropped row. A bucket
     that goes away after ``apply`` fails the micro-batch with an error naming the directory,
     and the batch is not committed; once the bucket is back, the restarted query replays it and
     the dead letter is written. Nothing is lost."""
@@ -356,6 +357,14 @@ def test_dead_letters_hadoop_cannot_write_fail_early_and_lose_nothing(
         pytest.raises(StorageError, match=cause),
     ):
         judged(f"s3a://{bare}/dead")
+    # A bucket whose credentials may read it and not write to it: reachable, not writable.
+    read_only = f"s3a://{read_only_bucket.bucket}/dead"
+    refused = rf"dead_letter: cannot write to .* {read_only} .*Access Denied"
+    with (
+        _session_conf(spark, {"fs.s3a.impl.disable.cache": "true"} | read_only_bucket.s3a_conf()),
+        pytest.raises(StorageError, match=refused),
+    ):
+        judged(read_only)
 
     unwritable = judged(f"s3a://{gone}/dead")
     s3a.client().delete_bucket(Bucket=gone)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from wmobs import Storage, StorageError
+from wmobs import DeadLetter, Storage, StorageError
 from wmobs.policy._python._checkpoint import read_batch_times
 from wmobs.policy._python._substream_state import StateStore
 
@@ -87,6 +87,21 @@ def test_a_missing_extra_names_the_pip_install(monkeypatch: pytest.MonkeyPatch) 
 def test_a_missing_bucket_is_named(s3_server: Any) -> None:
     with pytest.raises(StorageError, match="'no-such-bucket' does not exist"):
         s3_server.storage.check("s3a://no-such-bucket/chk", "checkpoint_location")
+
+
+def test_a_bucket_that_refuses_writes_fails_the_write_check_naming_it(
+    read_only_bucket: Any,
+) -> None:
+    """Readable is not writable: a user who may list and read a bucket, not write to it, passes
+    ``check`` and fails ``check_writable`` (what ``apply`` asks of a dead-letter directory) with
+    the argument, the URI and the store's refusal; nothing is left in the bucket."""
+    storage, uri = read_only_bucket.storage, f"s3a://{read_only_bucket.bucket}/dead"
+    storage.check(uri, "dead_letter")
+    with pytest.raises(StorageError, match=rf"dead_letter: cannot write to {uri} .*Access Denied"):
+        storage.check_writable(uri, "dead_letter")
+    with pytest.raises(StorageError, match=rf"dead_letter: cannot write to {uri}"):
+        DeadLetter(uri, storage=storage).check()
+    assert list(storage.entries(f"s3a://{read_only_bucket.bucket}")) == []
 
 
 def test_no_credentials_is_a_clear_error(s3_server: Any, tmp_path: Path) -> None:
