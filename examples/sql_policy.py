@@ -71,7 +71,15 @@ def main(seconds: float = 30.0) -> None:
     while query.status["isTriggerActive"]:  # stop between micro-batches
         time.sleep(0.05)
     query.stop()
-    policy = monitor.snapshot("sensors").policy("sensors")  # type: ignore[union-attr]
+    # The listener hears a query's events shortly after Spark posts them, the last micro-batch's
+    # and then the query's end: read its counts once it has heard the end.
+    deadline = time.monotonic() + 60
+    while (snap := monitor.snapshot("sensors")) is None or snap.active:
+        if time.monotonic() > deadline:
+            sys.exit("the listener never heard the query end")
+        time.sleep(0.05)
+    policy = snap.policy("sensors")
+    assert policy is not None
     print(policy)
     dropped = policy.events[("early_arrival", "dropped")]
     kept = spark.read.parquet(f"{work}/dead").count() if dropped else 0

@@ -126,6 +126,14 @@ def start_kept(
     return writer.format("parquet").start(parquet)
 
 
+def stopped(monitor: Any, query: str) -> int:
+    """How many runs of ``query`` ``monitor`` has heard stop (a query's events reach the
+    listener in order, its end last; a run's end may still be on its way when the next run of
+    the same query starts, so a test that restarts waits for a count, not for ``active``)."""
+    snap = monitor.snapshot(query)
+    return 0 if snap is None else snap.terminations["stopped"]
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
     """Poll ``predicate`` for an asynchronous listener event (termination) to arrive."""
     deadline = time.monotonic() + timeout

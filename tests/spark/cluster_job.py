@@ -9,6 +9,7 @@ A child process of ``test_cluster.py`` (one process has one Spark master):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -174,6 +175,14 @@ def idle_window_closes(spark: Any, work: Path, *, substreams: bool) -> dict[str,
         wait_until(lambda: bool(emitted()), timeout=120, what="the idle window")
         seen = time.time()
         rows = emitted()
+
+        def fired() -> bool:  # the firing's micro-batch heard by the listener
+            snap = monitor.snapshot(name)
+            policy = None if snap is None else snap.policy()
+            return policy is not None and (policy.idle_timeout_firings or 0) >= 1
+
+        with contextlib.suppress(AssertionError):  # none heard: the test says so
+            wait_until(fired, timeout=30, what="the firing")
         snap = monitor.snapshot(name)
         query.stop()
     return {

@@ -270,9 +270,9 @@ def main() -> None:
         scraped = response.read().decode()
     measured_delay = time.time() - (snap.watermark or 0.0)
     query.stop()
-    wait_until(lambda: not monitor.snapshot("wm_connect").active)  # type: ignore[union-attr]
+    wait_until(lambda: (s := monitor.snapshot("wm_connect")) is not None and not s.active)
     policy_counts = run_policy(spark, work, now)
-    wait_until(lambda: monitor.snapshot("policy_connect").active is False)  # type: ignore[union-attr]
+    wait_until(lambda: (s := monitor.snapshot("policy_connect")) is not None and not s.active)
     policy_snap = monitor.snapshot("policy_connect")
     substreams_kept, substreams_adjusted = run_substreams(spark, work, now)
     try:  # a server without wmobs' extension: engine="jvm" is an error, not a fallback
@@ -283,7 +283,7 @@ def main() -> None:
         jvm_error = None
     except wmobs.EngineError as exc:
         jvm_error = str(exc)
-    wait_until(lambda: monitor.snapshot("substreams_connect").active is False)  # type: ignore[union-attr]
+    wait_until(lambda: (s := monitor.snapshot("substreams_connect")) is not None and not s.active)
     substreams_snap = monitor.snapshot("substreams_connect")
     result = {
         "session": type(spark).__module__,

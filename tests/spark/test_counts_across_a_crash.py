@@ -19,7 +19,7 @@ import wmobs
 from wmobs import TimePolicy
 from wmobs.testing import iso
 
-from ._streaming import wait_until, write_rows
+from ._streaming import stopped, wait_until, write_rows
 from .test_policy_spark import expected_histogram
 
 pytestmark = pytest.mark.spark
@@ -144,8 +144,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         query.processAllAvailable()
         query.stop()
         wait_until(
-            lambda: (s := monitor.snapshot("crash")) is not None and not s.active,
-            what="the listener seeing the query stop",
+            lambda: stopped(monitor, "crash") == 1, what="the listener seeing the query stop"
         )
         snap = monitor.snapshot("crash")
         assert snap is not None
@@ -213,8 +212,7 @@ def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_pat
         query.processAllAvailable()
         query.stop()
         wait_until(
-            lambda: (s := monitor.snapshot("crash_two")) is not None and not s.active,
-            what="the listener seeing the query stop",
+            lambda: stopped(monitor, "crash_two") == 1, what="the listener seeing the query stop"
         )
         snap = monitor.snapshot("crash_two")
     assert snap is not None
@@ -272,8 +270,7 @@ def test_on_the_python_engine_a_skipped_micro_batch_is_said_not_counted(
         query.processAllAvailable()
         query.stop()
         wait_until(
-            lambda: (s := monitor.snapshot("crash_py")) is not None and not s.active,
-            what="the listener seeing the query stop",
+            lambda: stopped(monitor, "crash_py") == 1, what="the listener seeing the query stop"
         )
         snap = monitor.snapshot("crash_py")
     assert snap is not None

@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 import wmobs
 from wmobs import DeadLetter, TimePolicy
 
-from ._streaming import engines, wait_until, write_rows
+from ._streaming import engines, stopped, wait_until, write_rows
 from .test_policy_spark import ts
 
 pytestmark = pytest.mark.spark
@@ -130,9 +130,10 @@ def test_conservation_across_restart(
         run()
         rows_in += _files(source, AFTER_RESTART, len(BEFORE_RESTART))
         run()  # restart from the checkpoint: the watermark and the file log carry over
-        wait_until(lambda: (s := monitor.snapshot("conservation")) is not None and not s.active)
+        # Both runs' ends heard (the first run's end may arrive after the second run started).
+        wait_until(lambda: stopped(monitor, "conservation") == 2, what="both runs' ends")
         snap = monitor.snapshot("conservation")
-        assert snap is not None and snap.terminations["stopped"] == 2
+        assert snap is not None and not snap.active
 
     kept = spark.read.parquet(str(sink)).select("id", "ts", "system_timestamp").collect()
     dead_rows = _read_dead_letters(dead, request)

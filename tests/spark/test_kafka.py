@@ -196,7 +196,16 @@ def test_a_quiet_topic_closes_its_window(
             seen = time.time()
             windows = [(r.window.start.timestamp(), r["count"]) for r in spark.sql(
                 "SELECT * FROM kafka_quiet").collect()]  # fmt: skip
-            wait_until(lambda: (s := monitor.snapshot("kafka_quiet")) is not None and s.backlogs)
+            wait_until(  # the firing's micro-batch heard, not only an earlier one
+                lambda: (
+                    (s := monitor.snapshot("kafka_quiet")) is not None
+                    and bool(s.backlogs)
+                    and (
+                        (p := s.policy("quiet")) is not None and (p.idle_timeout_firings or 0) >= 1
+                    )
+                ),
+                what="the listener hearing the firing",
+            )
             snap = monitor.snapshot("kafka_quiet")
         finally:
             query.stop()

@@ -74,6 +74,12 @@ def _active(monitor: Any, query: str) -> bool:
     return snap is None or snap.active
 
 
+def _heard(monitor: Any, query: str, batch: int) -> bool:
+    """Whether ``monitor`` has heard micro-batch ``batch`` of ``query`` (or a later one)."""
+    snap = monitor.snapshot(query)
+    return snap is not None and snap.batch_id is not None and snap.batch_id >= batch
+
+
 def test_otlp_equals_the_metrics_endpoint_through_a_collector(
     spark: Any, tmp_path: Path, collector: Collector
 ) -> None:
@@ -145,6 +151,9 @@ def test_a_trace_per_micro_batch_through_a_collector(
         query = _policy_stream(spark, tmp_path, "traced_q", policy)
         query.processAllAvailable()
         query.stop()
+        # Every micro-batch's event heard (the termination comes last) before the monitor
+        # closes: a span is made when its event arrives.
+        wait_until(lambda: not _active(monitor, "traced_q"), what="the termination")
         progress = [p for p in query.recentProgress if p["batchId"] >= 0]
         snap = monitor.snapshot("traced_q")
     assert snap is not None and snap.policy("traced_policy") is not None
@@ -276,6 +285,11 @@ def test_a_collector_down_or_silent_leaves_the_query_unharmed_and_is_logged_once
     try:
         query = _policy_stream(spark, tmp_path, "unharmed", policy)
         query.processAllAvailable()
+        last = query.lastProgress["batchId"]
+        wait_until(
+            lambda: _heard(monitor, "unharmed", last),
+            what="the listener hearing the last micro-batch (a span and figures to push)",
+        )
         assert not monitor.flush()
         assert not monitor.flush()
         kept = spark.sql("select * from unharmed").count()

@@ -27,7 +27,7 @@ FLOWS = ("judged", "judged_sql", "judged_per_device", "judged_from_view")
 # A pipeline file of the test's: the listener, attached at the file's top level, and what it
 # saw of each flow written out when the pipeline's process ends.
 LISTENER = f"""
-import atexit, json, os
+import atexit, json, os, time
 from pyspark.sql import SparkSession
 import wmobs
 
@@ -35,6 +35,14 @@ monitor = wmobs.attach(SparkSession.active())
 
 
 def _seen():
+    # Each flow's events reach the listener after Spark posts them, its end last: wait for
+    # the end (a while at most) so that its last micro-batch is in what is written out.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(
+        (s := monitor.snapshot("spark_catalog.default." + flow)) is None or s.active
+        for flow in {FLOWS!r}
+    ):
+        time.sleep(0.05)
     seen = {{}}
     for flow in {FLOWS!r}:
         snap = monitor.snapshot("spark_catalog.default." + flow)
