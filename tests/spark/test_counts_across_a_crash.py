@@ -95,7 +95,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
     checkpoint, plant, remove = checkpoints
     dead = tmp_path / "dead"
     out = tmp_path / "out"
-    now = time.time()
+    now = float(int(time.time()))  # whole seconds: each delay exactly on its bucket bound
     policy = TimePolicy(
         arrival_time="ArrivalTime",
         late_arrival="5 minutes",

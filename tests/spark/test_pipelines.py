@@ -148,7 +148,8 @@ def test_a_policy_over_a_missing_column_fails_the_pipelines_dry_run_naming_the_a
     spark: Any, tmp_path: Path
 ) -> None:
     """``spark-pipelines dry-run`` (the graph analysed, nothing run): the policy's check of its
-    event-time column happens where SDP analyses the flow, with the Python API's error."""
+    event-time column happens where SDP analyses the flow (in the JVM, as for the SQL
+    function: the same words), naming the argument, the column and the input's columns."""
     project, _ = _project(tmp_path)
     for flow in project.joinpath("transformations").iterdir():
         if flow.name != "events.py":

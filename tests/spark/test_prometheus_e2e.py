@@ -290,7 +290,11 @@ def test_a_join_whose_one_input_stalls_fires_the_input_alert(
         query.processAllAvailable()
         last = query.lastProgress["batchId"]
         wait_until(  # every row of views counted before Prometheus watches: none while it does
-            lambda: (s := monitor.snapshot("e2e_join")) is not None and (s.batch_id or -1) >= last,
+            lambda: (
+                (s := monitor.snapshot("e2e_join")) is not None
+                and s.batch_id is not None
+                and s.batch_id >= last
+            ),
             what="the listener hearing the micro-batches so far",
         )
         _configure(

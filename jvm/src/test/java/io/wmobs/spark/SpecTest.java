@@ -129,7 +129,8 @@ class SpecTest {
             IllegalArgumentException.class,
             () -> parse(function, spec),
             function + "." + member + (nested == null ? "" : "." + nested));
-    assertTrue(error.getMessage().contains(name), error.getMessage());
+    // Spec.Reader's words exactly: a short name ("ts") is inside longer ones ("candidate_bits").
+    assertTrue(error.getMessage().contains(": " + name + " must be "), error.getMessage());
     return 1;
   }
 
