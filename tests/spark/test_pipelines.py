@@ -138,28 +138,39 @@ spark = SparkSession.active()
 
 
 @dp.table
-def bad_column():
-    policy = wmobs.TimePolicy(event_time="When", name="bad_column")
+def bad():
+    policy = wmobs.TimePolicy({arguments}, name="bad")
     return policy.apply(spark.readStream.table("events"))
 """
 
 
-def test_a_policy_over_a_missing_column_fails_the_pipelines_dry_run_naming_the_argument(
-    spark: Any, tmp_path: Path
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        # Checked where SDP analyses the flow (in the JVM, as for the SQL function: its words).
+        (
+            'event_time="When"',
+            "event_time: column 'When' is not in the input (columns: id, EventTime",
+        ),
+        # Refused as the flow's query function is called: the Python engine would analyse there.
+        ('engine="python"', "engine: the Python engine cannot run in a pipeline's query function"),
+    ],
+    ids=["a missing column", "the Python engine"],
+)
+def test_a_bad_policy_fails_the_pipelines_dry_run_naming_the_argument(
+    spark: Any, tmp_path: Path, arguments: str, error: str
 ) -> None:
-    """``spark-pipelines dry-run`` (the graph analysed, nothing run): the policy's check of its
-    event-time column happens where SDP analyses the flow (in the JVM, as for the SQL
-    function: the same words), naming the argument, the column and the input's columns."""
+    """``spark-pipelines dry-run`` (the graph analysed, nothing run) fails, naming the
+    argument (and for a column, the input's columns)."""
     project, _ = _project(tmp_path)
     for flow in project.joinpath("transformations").iterdir():
         if flow.name != "events.py":
             flow.unlink()
-    (project / "transformations" / "bad.py").write_text(BAD_FLOW)
+    (project / "transformations" / "bad.py").write_text(BAD_FLOW.format(arguments=arguments))
     env = user_env(Path(sys.executable).parent)
     done = _spark_pipelines(
         project, 'spark-pipelines dry-run --remote "local[2]" $(wmobs spark-submit-args)', env
     )
     said = done.stdout + done.stderr
     assert done.returncode != 0, said[-3000:]
-    missing = "event_time: column 'When' is not in the input (columns: id, EventTime"
-    assert missing in said, said[-5000:]
+    assert error in said, said[-5000:]
