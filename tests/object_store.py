@@ -108,10 +108,14 @@ class ReadOnlyBucket:
         }
 
 
-READ_ONLY = {
+READ_ONLY = {  # what a reader may do (moto checks a bucket HEAD as s3:HeadBucket)
     "Version": "2012-10-17",
     "Statement": [
-        {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "*"}
+        {
+            "Effect": "Allow",
+            "Action": ["s3:ListBucket", "s3:HeadBucket", "s3:GetObject"],
+            "Resource": "*",
+        }
     ],
 }
 
