@@ -323,13 +323,40 @@ def _until_caught_up(judged: Any, checkpoint: str) -> Any:
     return query
 
 
-def test_dead_letters_hadoop_cannot_write_fail_early_and_lose_nothing(
+def test_a_dead_letter_bucket_that_refuses_writes_is_an_error_at_apply(
     spark: Any, s3a: Any, read_only_bucket: Any, tmp_path: Path
 ) -> None:
+    """On the JVM engine, through Hadoop: a bucket whose credentials (per-bucket settings, as a
+    cluster would have them) may list and read it but not write to it passes Hadoop's read and
+    fails the write of ``apply``'s probe, a StorageError naming ``dead_letter`` and the
+    refusal, not a failure at the first dropped row."""
+    from tests.object_store import hadoop_version
+    from wmobs import StorageError
+
+    if (hadoop_version() or "").startswith("3.3."):
+        pytest.skip(
+            "moto's access control refuses every request of Hadoop 3.3's AWS SDK v1 (403 on the "
+            "first HEAD, whatever the signer): a read-only user cannot be told from none there"
+        )
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    read_only = f"s3a://{read_only_bucket.bucket}/dead"
+    refused = rf"dead_letter: cannot write to .* {read_only} .*Access Denied"
+    with (
+        _session_conf(spark, {"fs.s3a.impl.disable.cache": "true"} | read_only_bucket.s3a_conf()),
+        pytest.raises(StorageError, match=refused),
+    ):
+        TimePolicy(arrival_time=None, engine="jvm", name="read_only").apply(
+            stream, checkpoint_location=str(tmp_path / "ckpt"), dead_letter=DeadLetter(read_only)
+        )
+
+
+def test_dead_letters_hadoop_cannot_write_fail_early_and_lose_nothing(
+    spark: Any, s3a: Any, tmp_path: Path
+) -> None:
     """On the JVM engine, dead letters go through Hadoop. A bucket without credentials (a
-    per-bucket setting, as a cluster would have it), or whose credentials may only read it, is
-    a StorageError naming ``dead_letter`` at ``apply``, as on the Python engine, not a failure
-    at the first dropped row. A bucket
+    per-bucket setting, as a cluster would have it) is a StorageError naming ``dead_letter``
+    at ``apply``, as on the Python engine, not a failure at the first dropped row. A bucket
     that goes away after ``apply`` fails the micro-batch with an error naming the directory,
     and the batch is not committed; once the bucket is back, the restarted query replays it and
     the dead letter is written. Nothing is lost."""
@@ -357,14 +384,6 @@ def test_dead_letters_hadoop_cannot_write_fail_early_and_lose_nothing(
         pytest.raises(StorageError, match=cause),
     ):
         judged(f"s3a://{bare}/dead")
-    # A bucket whose credentials may read it and not write to it: reachable, not writable.
-    read_only = f"s3a://{read_only_bucket.bucket}/dead"
-    refused = rf"dead_letter: cannot write to .* {read_only} .*Access Denied"
-    with (
-        _session_conf(spark, {"fs.s3a.impl.disable.cache": "true"} | read_only_bucket.s3a_conf()),
-        pytest.raises(StorageError, match=refused),
-    ):
-        judged(read_only)
 
     unwritable = judged(f"s3a://{gone}/dead")
     s3a.client().delete_bucket(Bucket=gone)
