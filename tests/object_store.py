@@ -75,10 +75,14 @@ def _serve(
             time.sleep(0.1)
 
 
+def _moto(port: int) -> list[str]:
+    """The command of moto's standalone server on 127.0.0.1:``port``."""
+    return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
+
 def start_s3_server() -> S3Server:
     port = free_port()
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    return S3Server(f"http://127.0.0.1:{port}", _serve(command, port, "moto's S3 server"))
+    return S3Server(f"http://127.0.0.1:{port}", _serve(_moto(port), port, "moto's S3 server"))
 
 
 @dataclass(frozen=True)
@@ -130,10 +134,9 @@ def start_read_only_bucket(bucket: str = "wmobs-read-only") -> ReadOnlyBucket:
     import boto3
 
     port = free_port()
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "4"}
     endpoint = f"http://127.0.0.1:{port}"
-    process = _serve(command, port, "moto's S3 server with access control", env=env)
+    process = _serve(_moto(port), port, "moto's S3 server with access control", env=env)
     try:
         unchecked = {"endpoint_url": endpoint, "region_name": "us-east-1"}
         unchecked |= {"aws_access_key_id": KEY, "aws_secret_access_key": SECRET}

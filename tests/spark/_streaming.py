@@ -134,6 +134,20 @@ def stopped(monitor: Any, query: str) -> int:
     return 0 if snap is None else snap.terminations["stopped"]
 
 
+def heard(monitor: Any, query: str, batch: int) -> bool:
+    """Whether ``monitor`` has heard micro-batch ``batch`` of ``query`` (or a later one)."""
+    snap = monitor.snapshot(query)
+    return snap is not None and snap.batch_id is not None and snap.batch_id >= batch
+
+
+def firings(monitor: Any, query: str, policy: str | None = None) -> int:
+    """The idle-timeout firings ``monitor`` has heard of ``query``'s ``policy`` (its only one
+    by default)."""
+    snap = monitor.snapshot(query)
+    counts = None if snap is None else snap.policy(policy)
+    return (counts.idle_timeout_firings or 0) if counts is not None else 0
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
     """Poll ``predicate`` for an asynchronous listener event (termination) to arrive."""
     deadline = time.monotonic() + timeout

@@ -26,7 +26,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
 from tests.object_store import hadoop_aws_jars, s3a_conf, start_s3_server
-from tests.spark._streaming import engines, wait_until, write_rows
+from tests.spark._streaming import engines, firings, wait_until, write_rows
 from tests.spark.test_policy_spark import (
     GLOBAL_EXPECTED,
     SUBSTREAM_EXPECTED,
@@ -175,14 +175,8 @@ def idle_window_closes(spark: Any, work: Path, *, substreams: bool) -> dict[str,
         wait_until(lambda: bool(emitted()), timeout=120, what="the idle window")
         seen = time.time()
         rows = emitted()
-
-        def fired() -> bool:  # the firing's micro-batch heard by the listener
-            snap = monitor.snapshot(name)
-            policy = None if snap is None else snap.policy()
-            return policy is not None and (policy.idle_timeout_firings or 0) >= 1
-
         with contextlib.suppress(AssertionError):  # none heard: the test says so
-            wait_until(fired, timeout=30, what="the firing")
+            wait_until(lambda: firings(monitor, name) >= 1, timeout=30, what="the firing")
         snap = monitor.snapshot(name)
         query.stop()
     return {

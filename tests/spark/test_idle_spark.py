@@ -18,7 +18,14 @@ from wmobs.listener import parse_timestamp
 from wmobs.policy._python._substream_state import StateStore, state_directory
 from wmobs.testing import iso
 
-from ._streaming import ROCKSDB, keyed_operator_expected, state_store, wait_until, write_rows
+from ._streaming import (
+    ROCKSDB,
+    firings,
+    keyed_operator_expected,
+    state_store,
+    wait_until,
+    write_rows,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -69,12 +76,6 @@ def events(device: str, times: list[float]) -> list[dict[str, Any]]:
 
 def window_of(t: float) -> float:
     return float(int(t) // WINDOW * WINDOW)
-
-
-def firings(monitor: wmobs.Monitor, name: str) -> int:
-    snap = monitor.snapshot(name)
-    policy = None if snap is None else snap.policy()
-    return (policy.idle_timeout_firings or 0) if policy is not None else 0
 
 
 def dead_letters(monitor: wmobs.Monitor, name: str) -> int:

@@ -18,7 +18,7 @@ import wmobs
 from wmobs import TimePolicy
 from wmobs.listener._observed import parse_observed_metrics
 
-from ._streaming import engines, start_kept, wait_until
+from ._streaming import engines, firings, start_kept, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -200,9 +200,7 @@ def test_a_quiet_topic_closes_its_window(
                 lambda: (
                     (s := monitor.snapshot("kafka_quiet")) is not None
                     and bool(s.backlogs)
-                    and (
-                        (p := s.policy("quiet")) is not None and (p.idle_timeout_firings or 0) >= 1
-                    )
+                    and firings(monitor, "kafka_quiet", "quiet") >= 1
                 ),
                 what="the listener hearing the firing",
             )

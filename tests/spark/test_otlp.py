@@ -24,7 +24,7 @@ from wmobs.listener import parse_timestamp
 from wmobs.listener._traces import PHASES
 from wmobs.testing import parse_metrics
 
-from ._streaming import start_kept, wait_until, write_rows
+from ._streaming import heard, start_kept, stopped, wait_until, write_rows
 from .cluster_job import WORKED
 from .test_policy_spark import GLOBAL_EXPECTED, SCHEMA, worked_rows
 
@@ -69,17 +69,6 @@ def _policy_stream(spark: Any, work: Path, name: str, policy: TimePolicy) -> Any
     return start_kept(policy.apply(df, checkpoint_location=checkpoint), name, checkpoint)
 
 
-def _active(monitor: Any, query: str) -> bool:
-    snap = monitor.snapshot(query)
-    return snap is None or snap.active
-
-
-def _heard(monitor: Any, query: str, batch: int) -> bool:
-    """Whether ``monitor`` has heard micro-batch ``batch`` of ``query`` (or a later one)."""
-    snap = monitor.snapshot(query)
-    return snap is not None and snap.batch_id is not None and snap.batch_id >= batch
-
-
 def test_otlp_equals_the_metrics_endpoint_through_a_collector(
     spark: Any, tmp_path: Path, collector: Collector
 ) -> None:
@@ -98,7 +87,7 @@ def test_otlp_equals_the_metrics_endpoint_through_a_collector(
         # state (a progress event still on its way after processAllAvailable() made them
         # differ by a micro-batch).
         for monitor in (over_http, over_grpc):
-            wait_until(lambda m=monitor: not _active(m, "otlp_q"), what="the termination")
+            wait_until(lambda m=monitor: stopped(m, "otlp_q") == 1, what="the termination")
             spark.streams.removeListener(monitor.listener)
         assert over_http.metrics_url is not None
         own = _wmobs_samples(collector.scrape(over_http.metrics_url))
@@ -153,7 +142,7 @@ def test_a_trace_per_micro_batch_through_a_collector(
         query.stop()
         # Every micro-batch's event heard (the termination comes last) before the monitor
         # closes: a span is made when its event arrives.
-        wait_until(lambda: not _active(monitor, "traced_q"), what="the termination")
+        wait_until(lambda: stopped(monitor, "traced_q") == 1, what="the termination")
         progress = [p for p in query.recentProgress if p["batchId"] >= 0]
         snap = monitor.snapshot("traced_q")
     assert snap is not None and snap.policy("traced_policy") is not None
@@ -287,7 +276,7 @@ def test_a_collector_down_or_silent_leaves_the_query_unharmed_and_is_logged_once
         query.processAllAvailable()
         last = query.lastProgress["batchId"]
         wait_until(
-            lambda: _heard(monitor, "unharmed", last),
+            lambda: heard(monitor, "unharmed", last),
             what="the listener hearing the last micro-batch (a span and figures to push)",
         )
         assert not monitor.flush()

@@ -126,8 +126,7 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         assert len([f for f in offsets.iterdir() if not f.name.startswith(".")]) == 12, table
 
 
-# A policy over a column its input lacks: found when SDP analyses the flow, not in the query
-# function (which may analyse nothing).
+# A flow whose policy has a bad argument (filled in by the test).
 BAD_FLOW = """
 from pyspark import pipelines as dp
 from pyspark.sql import SparkSession

@@ -28,7 +28,7 @@ from wmobs.observations import (
 from wmobs.policy import histogram_counts
 from wmobs.rules import RulesConfig, render
 
-from ._streaming import wait_until, windowed_query, write_events
+from ._streaming import heard, wait_until, windowed_query, write_events
 
 pytestmark = pytest.mark.spark
 
@@ -290,11 +290,7 @@ def test_a_join_whose_one_input_stalls_fires_the_input_alert(
         query.processAllAvailable()
         last = query.lastProgress["batchId"]
         wait_until(  # every row of views counted before Prometheus watches: none while it does
-            lambda: (
-                (s := monitor.snapshot("e2e_join")) is not None
-                and s.batch_id is not None
-                and s.batch_id >= last
-            ),
+            lambda: heard(monitor, "e2e_join", last),
             what="the listener hearing the micro-batches so far",
         )
         _configure(
