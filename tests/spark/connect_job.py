@@ -123,7 +123,7 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
     schema = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP, deviceId STRING"
     out: dict[str, Any] = {}
     monitor = wmobs.attach(spark)
-    # "sql": the global policy from SQL, the extension's table-valued function over a view
+    # "sql": the global policy from SQL, Azure Stream Analytics' TIMESTAMP BY over a view
     for how, by in (("global", None), ("substreams", ["deviceId"]), ("sql", None)):
         source = work / f"worked_{how}"
         if by is None:
@@ -141,13 +141,12 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
         checkpoint = str(work / f"ckpt_{how}")
         stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
         if how == "sql":
-            stream.createOrReplaceTempView("worked_events")
-            judged = spark.sql(
-                f"""SELECT * FROM wmobs_time_policy(TABLE(worked_events),
-                    early_arrival => '5 minutes', late_arrival => '5 minutes',
-                    out_of_order => '2 minutes', name => 'worked_sql',
-                    checkpoint_location => '{checkpoint}')"""
-            )
+            # As Azure Stream Analytics writes it, read by the parser of the server's extension:
+            # the tolerances are the session's settings, the policy named after its input.
+            stream.createOrReplaceTempView("worked_sql")
+            for option in ("early_arrival", "late_arrival", "out_of_order"):
+                spark.conf.set(f"spark.wmobs.sql.{option}", getattr(policy, option))
+            judged = spark.sql("SELECT * FROM worked_sql TIMESTAMP BY EventTime")
         else:
             judged = policy.apply(stream, checkpoint_location=checkpoint)
         name = f"connect_worked_{how}"

@@ -2,7 +2,8 @@
 ``spark-pipelines run --remote "local[2]" $(wmobs spark-submit-args)`` as its spec says,
 over the worked example's events, one file per micro-batch: the global policy in a Python
 ``@dp.table`` and in a ``@dp.temporary_view`` that a table reads, one per device in an
-``@dp.append_flow``, and a SQL ``CREATE STREAMING TABLE`` with ``wmobs_time_policy``; every
+``@dp.append_flow``, and SQL ``CREATE STREAMING TABLE``s with ``wmobs_time_policy`` and with
+Azure Stream Analytics' ``TIMESTAMP BY ... OVER deviceId`` (tolerances from ``SET``s); every
 flow's output is the reference cases', and a listener attached in a pipeline file counts each
 flow's verdicts under the name SDP gives it (PySpark 4.1+)."""
 
@@ -23,7 +24,7 @@ from .test_policy_spark import GLOBAL_EXPECTED, SUBSTREAM_EXPECTED, expected_sec
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-FLOWS = ("judged", "judged_sql", "judged_per_device", "judged_from_view")
+FLOWS = ("judged", "judged_sql", "judged_per_device", "judged_from_view", "judged_asa")
 # A pipeline file of the test's: the listener, attached at the file's top level, and what it
 # saw of each flow written out when the pipeline's process ends.
 LISTENER = f"""
@@ -107,6 +108,7 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         ("judged_sql", GLOBAL_EXPECTED),
         ("judged_per_device", SUBSTREAM_EXPECTED),
         ("judged_from_view", GLOBAL_EXPECTED),
+        ("judged_asa", SUBSTREAM_EXPECTED),
     ):
         rows = spark.read.parquet(str(warehouse / table)).collect()
         got = {r.id: int(r.system_timestamp.timestamp()) for r in rows}
@@ -118,6 +120,7 @@ def test_the_example_pipeline_judges_the_worked_example_exactly(spark: Any, tmp_
         "judged_sql": {"judged_sql": {**worked, "out_of_order:adjusted": 2}},
         "judged_per_device": {"judged_per_device": worked},
         "judged_from_view": {"viewed": {**worked, "out_of_order:adjusted": 2}},
+        "judged_asa": {"events": worked},
     }
     # Each flow's checkpoint, under the pipeline's storage, is where the policy found it.
     checkpoints = tmp_path / "storage" / "_checkpoints" / "spark_catalog" / "default"

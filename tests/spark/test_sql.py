@@ -4,6 +4,7 @@ Python API's metrics, dead letters and errors."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,22 +92,66 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
     assert input_times(progress, same) == (epoch("12:21") * 10**6, epoch("12:23") * 10**6)
     assert observed_histograms(progress, same) == worked_histograms(per_key=False)
 
+    # Per device, as Azure Stream Analytics writes it: the tolerances from the session's
+    # settings, the event time and keys from TIMESTAMP BY ... OVER, the policy named after its
+    # input. The shared session did not start with the extension, so the parser that reads the
+    # clause wraps Spark's here, as the extension's does in a session started with it.
     write_rows(tmp_path / "all", "all", worked_rows())
     _events(spark, tmp_path / "all", "worked_all")
-    checkpoint = tmp_path / "ckpt-keys"
-    kept, snap, progress = _run(
-        spark,
-        """SELECT * FROM wmobs_time_policy(TABLE(worked_all), late_arrival => '5 minutes',
-              out_of_order => '2 minutes', substream_by => 'deviceId', name => 'sql_keys')""",
-        "sql_keys_out",
-        checkpoint,
-    )
-    same = TimePolicy(name="sql_keys", substream_by=["deviceId"])
+    asa = "SELECT * FROM worked_all TIMESTAMP BY EventTime OVER deviceId"
+    parser = _timestamp_by(spark)
+    assert "wmobs_time_policy" in parser.parsePlan(asa).toString()
+    rewritten = spark._jvm.io.wmobs.spark.TimestampBy.rewrite(asa)
+    settings = {"late_arrival": "5 minutes", "out_of_order": "2 minutes"}
+    for key, value in settings.items():
+        spark.conf.set(f"spark.wmobs.sql.{key}", value)
+    try:
+        kept, snap, progress = _run(spark, rewritten, "sql_keys_out", tmp_path / "ckpt-keys")
+    finally:
+        for key in settings:
+            spark.conf.unset(f"spark.wmobs.sql.{key}")
+    same = TimePolicy(name="worked_all", substream_by=["deviceId"])
     assert kept == expected_seconds(SUBSTREAM_EXPECTED)
-    assert snap.policy("sql_keys").dead_letter_plan == "none"
+    assert snap.policy("worked_all").dead_letter_plan == "none"
     assert observed_histograms(progress, same) == worked_histograms(per_key=True)
     states = [op["operatorName"] for p in progress for op in p["stateOperators"]]
     assert "flatMapGroupsWithState" in states  # per key in Spark's state store
+
+
+def _timestamp_by(spark: Any) -> Any:
+    """The session's SQL parser as the extension wraps it: TIMESTAMP BY read too."""
+    jspark = spark._jsparkSession
+    return spark._jvm.io.wmobs.spark.TimestampBy.parser(jspark, jspark.sessionState().sqlParser())
+
+
+def test_the_timestamp_by_parser_reads_spark_sql_as_spark_does(spark: Any, tmp_path: Path) -> None:
+    """Spark's own statements go through untouched; one Spark refuses stays refused, with
+    Spark's error, unless it has the clause; a setting that is no option is an error."""
+    from wmobs.policy._jvm._extension import load
+
+    load(spark)
+    parser = _timestamp_by(spark)
+    spark_parser = spark._jsparkSession.sessionState().sqlParser()
+
+    def plan(parser: Any, sql: str) -> str:  # without the expressions' ids
+        return re.sub(r"#\d+", "", parser.parsePlan(sql).toString())
+
+    sql = "SELECT id, 'TIMESTAMP BY' AS t FROM range(3) WHERE id > 1"
+    assert plan(parser, sql) == plan(spark_parser, sql)
+    expression = parser.parseExpression("a + 1").toString()
+    assert expression == spark_parser.parseExpression("a + 1").toString()
+    with pytest.raises(Exception, match="PARSE_SYNTAX_ERROR"):
+        parser.parsePlan("SELEC 1")
+    with pytest.raises(Exception, match="TIMESTAMP BY names no event time"):
+        parser.parsePlan("SELECT * FROM events TIMESTAMP BY")
+    _events(spark, tmp_path, "set_events")
+    spark.conf.set("spark.wmobs.sql.late_arival", "5 minutes")
+    try:
+        unknown = r"spark\.wmobs\.sql\.late_arival: no option late_arival"
+        with pytest.raises(Exception, match=unknown):
+            spark.sql("SELECT * FROM wmobs_time_policy(TABLE(set_events))").collect()
+    finally:
+        spark.conf.unset("spark.wmobs.sql.late_arival")
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import org.apache.spark.sql.catalyst.expressions.FunctionTableSubqueryArgumentEx
 import org.apache.spark.sql.catalyst.expressions.NamedArgumentExpression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.unsafe.types.UTF8String;
 import scala.Option;
@@ -33,6 +34,12 @@ import scala.Option;
  */
 final class PolicyTable {
   static final String NAME = "wmobs_time_policy";
+
+  /** The settings that give every policy from SQL its defaults: {@code spark.wmobs.sql.<option>}. */
+  static final String SETTINGS = "spark.wmobs.sql.";
+
+  /** The options that belong to one query, never to the session. */
+  private static final Set<String> PER_QUERY = Set.of("name", "checkpoint_location");
 
   private PolicyTable() {}
 
@@ -59,6 +66,7 @@ final class PolicyTable {
               + " event_time => 'EventTime', ...");
     }
     Map<String, Object> options = new LinkedHashMap<>();
+    Map<String, Object> settings = settings(sessionSettings());
     for (Expression argument : arguments.subList(1, arguments.size())) {
       if (!(argument instanceof NamedArgumentExpression named)) {
         throw new IllegalArgumentException(
@@ -78,8 +86,54 @@ final class PolicyTable {
     }
     SparkSession spark = SparkSession.active();
     Set<String> columns = new java.util.HashSet<>(List.of(input.schema().fieldNames()));
-    PolicyOptions policy = PolicyOptions.of(options, columns);
+    settings.putAll(options); // a call's own options before the session's
+    PolicyOptions policy = PolicyOptions.of(settings, columns);
     return Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy));
+  }
+
+  /** The session's {@code spark.wmobs.sql.*} settings, by name. */
+  private static Map<String, String> sessionSettings() {
+    Map<String, String> found = new java.util.TreeMap<>();
+    scala.collection.Iterator<scala.Tuple2<String, String>> all =
+        SQLConf.get().getAllConfs().iterator();
+    while (all.hasNext()) {
+      scala.Tuple2<String, String> setting = all.next();
+      if (setting._1().startsWith(SETTINGS)) {
+        found.put(setting._1(), setting._2());
+      }
+    }
+    return found;
+  }
+
+  /**
+   * The options that {@code spark.wmobs.sql.<option>} settings give every policy from SQL (ASA's
+   * job-level tolerances; {@code TIMESTAMP BY} gives only the event time and keys): a string
+   * each, {@code distributions} a boolean. An unknown option is an error naming the setting.
+   */
+  static Map<String, Object> settings(Map<String, String> given) {
+    Map<String, Object> options = new LinkedHashMap<>();
+    for (Map.Entry<String, String> setting : given.entrySet()) {
+      String key = setting.getKey().substring(SETTINGS.length()).toLowerCase(Locale.ROOT);
+      String value = setting.getValue().trim();
+      if (!PolicyOptions.DEFAULTS.containsKey(key) || PER_QUERY.contains(key)) {
+        List<String> known = new java.util.ArrayList<>(PolicyOptions.DEFAULTS.keySet());
+        known.removeAll(PER_QUERY);
+        throw new IllegalArgumentException(
+            setting.getKey() + ": no option " + key + " for every policy of the session (name"
+                + " and checkpoint_location are each query's own); the options are "
+                + String.join(", ", known));
+      }
+      if (key.equals("distributions")) {
+        if (!value.equalsIgnoreCase("true") && !value.equalsIgnoreCase("false")) {
+          throw new IllegalArgumentException(
+              setting.getKey() + ": must be true or false, got '" + value + "'");
+        }
+        options.put(key, Boolean.parseBoolean(value.toLowerCase(Locale.ROOT)));
+      } else {
+        options.put(key, value);
+      }
+    }
+    return options;
   }
 
   /** An option's value: a constant string, boolean, null, or an array of strings. */

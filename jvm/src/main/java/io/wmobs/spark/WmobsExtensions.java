@@ -9,7 +9,8 @@ import scala.runtime.BoxedUnit;
  * wmobs' Spark extension: {@code spark.sql.extensions=io.wmobs.spark.WmobsExtensions}, with
  * wmobs' JAR on {@code spark.jars}, registers wmobs' functions ({@link Functions}) in every
  * session, Spark Connect's included, SQL's time policy ({@link PolicyTable}), and the analyzer
- * rule that plans the calls by name of substreams and of a whole policy ({@link PlannedCall.Planner}).
+ * rule that plans the calls by name of substreams and of a whole policy ({@link PlannedCall.Planner}),
+ * and Azure Stream Analytics' {@code TIMESTAMP BY ... OVER ...} in SQL ({@link TimestampBy}).
  */
 public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   @Override
@@ -25,6 +26,7 @@ public final class WmobsExtensions extends AbstractFunction1<SparkSessionExtensi
         new Tuple3<>(PolicyTable.identifier(), PolicyTable.info(), PolicyTable::build));
     extensions.injectResolutionRule(PlannedCall.Planner::new);
     extensions.injectOptimizerRule(QueryCheckpoint::new);
+    extensions.injectParser(TimestampBy::parser);
     return BoxedUnit.UNIT;
   }
 }

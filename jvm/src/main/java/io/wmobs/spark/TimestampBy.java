@@ -1,0 +1,373 @@
+package io.wmobs.spark;
+
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Set;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.parser.ParserInterface;
+
+/**
+ * Azure Stream Analytics' own clause in Spark SQL:
+ *
+ * <pre>
+ * SELECT ... FROM events TIMESTAMP BY EventTime OVER deviceId ...
+ * </pre>
+ *
+ * is read as {@code FROM wmobs_time_policy(TABLE(events), event_time => 'EventTime',
+ * substream_by => 'deviceId', name => 'events') AS events}, the {@link PolicyTable} function
+ * (the policy named after its input); its other options come from the session's {@code
+ * spark.wmobs.sql.<option>} settings, as ASA's tolerances come from the job's, not the query.
+ * The event time may be an expression ({@code TIMESTAMP BY CAST(ts AS TIMESTAMP)}): it is then
+ * computed into a column {@value #COMPUTED} of the input.
+ *
+ * <p>The session's parser reads every statement first; only a statement it refuses is read
+ * again, rewritten, when it has the clause. So Spark's SQL, and another extension's, is never
+ * touched.
+ */
+public final class TimestampBy {
+  /** The column an event-time expression is computed into. */
+  static final String COMPUTED = "wmobs_event_time";
+
+  private static final Set<String> PARSE =
+      Set.of("parsePlan", "parseQuery", "parsePlanWithParameters");
+
+  /** Where the expression after {@code TIMESTAMP BY} ends (at its own depth). */
+  private static final Set<String> CLAUSES =
+      Set.of(
+          "OVER", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "OFFSET", "JOIN", "INNER", "LEFT",
+          "RIGHT", "FULL", "CROSS", "NATURAL", "ANTI", "SEMI", "ON", "USING", "UNION", "EXCEPT",
+          "INTERSECT", "MINUS", "WINDOW", "LATERAL", "CLUSTER", "DISTRIBUTE", "SORT", "QUALIFY",
+          "PIVOT", "UNPIVOT", "TABLESAMPLE", "WATERMARK");
+
+  private TimestampBy() {}
+
+  /** {@code delegate} reading {@code TIMESTAMP BY ... [OVER ...]} too (for any session). */
+  public static ParserInterface parser(SparkSession session, ParserInterface delegate) {
+    InvocationHandler handler = (proxy, method, args) -> call(delegate, method, args);
+    return (ParserInterface)
+        Proxy.newProxyInstance(
+            TimestampBy.class.getClassLoader(), new Class<?>[] {ParserInterface.class}, handler);
+  }
+
+  private static Object call(ParserInterface delegate, Method method, Object[] args)
+      throws Throwable {
+    if (method.getDeclaringClass() == Object.class) {
+      return switch (method.getName()) {
+        case "toString" -> "TimestampBy(" + delegate + ")";
+        case "hashCode" -> System.identityHashCode(delegate);
+        default -> method.invoke(delegate, args);
+      };
+    }
+    try {
+      return method.invoke(delegate, args);
+    } catch (InvocationTargetException failed) {
+      Throwable cause = failed.getCause();
+      if (!PARSE.contains(method.getName())
+          || !cause.getClass().getName().endsWith(".ParseException")
+          || !(args[0] instanceof String sql)) {
+        throw cause;
+      }
+      String rewritten = rewrite(sql);
+      if (rewritten == null) {
+        throw cause;
+      }
+      Object[] again = args.clone();
+      again[0] = rewritten;
+      try {
+        return method.invoke(delegate, again);
+      } catch (InvocationTargetException still) {
+        throw still.getCause(); // its message shows the statement as it was rewritten
+      }
+    }
+  }
+
+  /**
+   * {@code sql} with each {@code TIMESTAMP BY} clause as a call of {@code wmobs_time_policy};
+   * null when it has no such clause.
+   */
+  public static String rewrite(String sql) {
+    List<Token> tokens = Token.read(sql);
+    StringBuilder out = new StringBuilder();
+    int copied = 0; // the end of the text copied so far
+    boolean any = false;
+    for (int at = 0; at + 1 < tokens.size(); at++) {
+      if (!tokens.get(at).is("TIMESTAMP") || !tokens.get(at + 1).is("BY")) {
+        continue;
+      }
+      Clause clause = Clause.read(sql, tokens, at);
+      if (clause.start < copied) {
+        throw error("TIMESTAMP BY follows TIMESTAMP BY", sql, tokens.get(at));
+      }
+      out.append(sql, copied, clause.start).append(clause.call());
+      copied = clause.end;
+      at = clause.next - 1;
+      any = true;
+    }
+    return any ? out.append(sql.substring(copied)).toString() : null;
+  }
+
+  static IllegalArgumentException error(String what, String sql, Token near) {
+    int line = 1 + (int) sql.substring(0, near.start).chars().filter(c -> c == '\n').count();
+    return new IllegalArgumentException(
+        "wmobs: " + what + " (line " + line + ", at '" + near.text(sql) + "'); the clause is"
+            + " FROM <table or view> [[AS] alias] TIMESTAMP BY <event time> [OVER <key>, ...]");
+  }
+
+  /**
+   * One {@code <relation> [[AS] alias] TIMESTAMP BY <expression> [OVER <key>, ...]}: the text
+   * it spans ({@code start} to {@code end}) and the token after it ({@code next}).
+   */
+  private record Clause(
+      int start,
+      int end,
+      int next,
+      String relation,
+      boolean plainName,
+      String givenAlias,
+      String alias,
+      String eventTime,
+      String computed,
+      List<String> keys) {
+
+    static Clause read(String sql, List<Token> tokens, int timestamp) {
+      // The relation: back to the FROM, JOIN or ',' before it, at its own depth.
+      int from = timestamp - 1;
+      int depth = 0;
+      while (from >= 0) {
+        Token token = tokens.get(from);
+        depth += token.is(")") ? 1 : token.is("(") ? -1 : 0;
+        if (depth < 0 || depth == 0 && (token.is("FROM") || token.is("JOIN") || token.is(","))) {
+          break;
+        }
+        from--;
+      }
+      if (from < 0 || depth < 0 || from + 1 == timestamp) {
+        throw error("TIMESTAMP BY follows no table in a FROM clause", sql, tokens.get(timestamp));
+      }
+      List<Token> relation = tokens.subList(from + 1, timestamp);
+      boolean stream = relation.get(0).is("STREAM") && relation.size() > 1;
+      int i = stream ? 1 : 0;
+      boolean subquery = relation.get(i).is("(");
+      String named = null; // events, of db.events
+      if (subquery) {
+        i = closing(relation, i) + 1;
+      } else {
+        int after = dotted(relation, i);
+        if (after == i) {
+          throw error("TIMESTAMP BY follows no table", sql, relation.get(i));
+        }
+        named = relation.get(after - 1).text(sql);
+        i = after;
+      }
+      String relationText = sql.substring(relation.get(0).start, relation.get(i - 1).end);
+      if (i < relation.size() && relation.get(i).is("AS")) {
+        i++;
+      }
+      String given = null;
+      if (i < relation.size() && relation.get(i).word()) {
+        given = relation.get(i).text(sql);
+        i++;
+      }
+      if (i != relation.size()) {
+        throw error("TIMESTAMP BY follows more than a table", sql, relation.get(i));
+      }
+      // The event time: up to the next clause, at its own depth.
+      int first = timestamp + 2;
+      int end = first;
+      depth = 0;
+      while (end < tokens.size()) {
+        Token token = tokens.get(end);
+        if (depth == 0 && (token.is(")") || token.is(",") || token.is(";") || token.clause())) {
+          break;
+        }
+        depth += token.is("(") ? 1 : token.is(")") ? -1 : 0;
+        end++;
+      }
+      if (end == first) {
+        throw error("TIMESTAMP BY names no event time", sql, tokens.get(timestamp + 1));
+      }
+      List<Token> expression = tokens.subList(first, end);
+      boolean column = dotted(expression, 0) == expression.size(); // a, `a b`, t.a
+      String eventTime = column ? expression.get(expression.size() - 1).name(sql) : COMPUTED;
+      String computed =
+          column ? null : sql.substring(expression.get(0).start, tokens.get(end - 1).end);
+      // The keys of OVER: column names, separated by commas.
+      List<String> keys = new ArrayList<>();
+      int next = end;
+      if (next < tokens.size() && tokens.get(next).is("OVER")) {
+        do {
+          int after = dotted(tokens, next + 1);
+          if (after == next + 1) {
+            Token near = tokens.get(Math.min(next + 1, tokens.size() - 1));
+            throw error("OVER names no key column", sql, near);
+          }
+          keys.add(tokens.get(after - 1).name(sql));
+          next = after;
+        } while (next + 1 < tokens.size() && tokens.get(next).is(","));
+      }
+      return new Clause(
+          relation.get(0).start,
+          tokens.get(next - 1).end,
+          next,
+          relationText,
+          !stream && !subquery,
+          given,
+          given != null ? given : named,
+          eventTime,
+          computed,
+          keys);
+    }
+
+    /** The call that stands for the clause. */
+    String call() {
+      StringBuilder call = new StringBuilder(PolicyTable.NAME).append("(TABLE(");
+      if (plainName && computed == null) {
+        call.append(relation);
+      } else {
+        call.append("SELECT *");
+        if (computed != null) {
+          call.append(", ").append(computed).append(" AS ").append(COMPUTED);
+        }
+        call.append(" FROM ").append(relation);
+        if (givenAlias != null) {
+          call.append(" AS ").append(givenAlias);
+        }
+      }
+      call.append("), event_time => ").append(literal(eventTime));
+      if (!keys.isEmpty()) {
+        call.append(", substream_by => ").append(literal(String.join(", ", keys)));
+      }
+      if (alias != null) { // the input's name names the policy: one per input of a query
+        String name = alias.replace("`", "").replaceAll("[^A-Za-z0-9_.-]", "_");
+        call.append(", name => ").append(literal(name));
+      }
+      call.append(")");
+      return alias == null ? call.toString() : call.append(" AS ").append(alias).toString();
+    }
+  }
+
+  /** Where {@code name(.name)*} from {@code at} ends ({@code at}: none there). */
+  private static int dotted(List<Token> tokens, int at) {
+    if (at >= tokens.size() || !tokens.get(at).word()) {
+      return at;
+    }
+    int i = at + 1;
+    while (i + 1 < tokens.size() && tokens.get(i).is(".") && tokens.get(i + 1).word()) {
+      i += 2;
+    }
+    return i;
+  }
+
+  /** The index of the {@code )} that closes the {@code (} at {@code open}. */
+  private static int closing(List<Token> tokens, int open) {
+    int depth = 0;
+    for (int i = open; i < tokens.size(); i++) {
+      depth += tokens.get(i).is("(") ? 1 : tokens.get(i).is(")") ? -1 : 0;
+      if (depth == 0) {
+        return i;
+      }
+    }
+    return tokens.size() - 1;
+  }
+
+  /** A SQL string literal of {@code value}. */
+  static String literal(String value) {
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'";
+  }
+
+  /** A token of SQL text: a word, a quoted name, a string, a number or a symbol. */
+  record Token(int start, int end, char kind, String upper) {
+    static final char WORD = 'w';
+    static final char QUOTED = 'q';
+    static final char OTHER = 'o';
+
+    boolean is(String text) {
+      return kind != QUOTED && text.equals(upper);
+    }
+
+    boolean word() {
+      return kind == WORD || kind == QUOTED;
+    }
+
+    boolean clause() {
+      return kind == WORD && CLAUSES.contains(upper);
+    }
+
+    String text(String sql) {
+      return sql.substring(start, end);
+    }
+
+    /** A word as a column name: a quoted one without its backquotes. */
+    String name(String sql) {
+      String text = text(sql);
+      return kind == QUOTED ? text.substring(1, text.length() - 1).replace("``", "`") : text;
+    }
+
+    /** The tokens of {@code sql}, without spaces and comments. */
+    static List<Token> read(String sql) {
+      List<Token> tokens = new ArrayList<>();
+      int n = sql.length();
+      int i = 0;
+      while (i < n) {
+        char c = sql.charAt(i);
+        int start = i;
+        if (Character.isWhitespace(c)) {
+          i++;
+          continue;
+        }
+        if (c == '-' && i + 1 < n && sql.charAt(i + 1) == '-') {
+          while (i < n && sql.charAt(i) != '\n') {
+            i++;
+          }
+          continue;
+        }
+        if (c == '/' && i + 1 < n && sql.charAt(i + 1) == '*') {
+          int depth = 0;
+          do { // Spark's comments nest
+            if (sql.startsWith("/*", i)) {
+              depth++;
+              i += 2;
+            } else if (sql.startsWith("*/", i)) {
+              depth--;
+              i += 2;
+            } else {
+              i++;
+            }
+          } while (depth > 0 && i < n);
+          continue;
+        }
+        char kind = Token.OTHER;
+        if (c == '\'' || c == '"' || c == '`') {
+          i++;
+          while (i < n && sql.charAt(i) != c) {
+            i += c != '`' && sql.charAt(i) == '\\' ? 2 : 1;
+          }
+          i++;
+          if (c == '`' && i < n && sql.charAt(i) == '`') { // `a``b`: one name
+            i++;
+            while (i < n && sql.charAt(i) != '`') {
+              i++;
+            }
+            i++;
+          }
+          kind = c == '`' ? Token.QUOTED : Token.OTHER;
+        } else if (Character.isLetterOrDigit(c) || c == '_') {
+          while (i < n && (Character.isLetterOrDigit(sql.charAt(i)) || sql.charAt(i) == '_')) {
+            i++;
+          }
+          kind = Character.isDigit(c) ? Token.OTHER : Token.WORD;
+        } else {
+          i++;
+        }
+        i = Math.min(i, n);
+        tokens.add(new Token(start, i, kind, sql.substring(start, i).toUpperCase(Locale.ROOT)));
+      }
+      return tokens;
+    }
+  }
+}

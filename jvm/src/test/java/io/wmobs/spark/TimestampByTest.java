@@ -1,0 +1,118 @@
+package io.wmobs.spark;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import org.junit.jupiter.api.Test;
+
+/** Azure Stream Analytics' {@code TIMESTAMP BY ... OVER ...} read as wmobs' policy function. */
+class TimestampByTest {
+  private static String rewrite(String sql) {
+    return TimestampBy.rewrite(sql);
+  }
+
+  @Test
+  void aTableWithItsEventTimeAndKeys() {
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(events), event_time => 'EventTime',"
+            + " substream_by => 'deviceId', name => 'events') AS events WHERE x > 1",
+        rewrite("SELECT * FROM events TIMESTAMP BY EventTime OVER deviceId WHERE x > 1"));
+    assertEquals(
+        "select * from wmobs_time_policy(TABLE(db.events), event_time => 'EventTime',"
+            + " substream_by => 'a, b', name => 'events') AS events",
+        rewrite("select * from db.events timestamp by e.EventTime over e.a, `b`"));
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(events), event_time => 'event time',"
+            + " name => 'e') AS e GROUP BY 1",
+        rewrite("SELECT * FROM events AS e TIMESTAMP BY `event time` GROUP BY 1"));
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(`my events`), event_time => 't',"
+            + " name => 'my_events') AS `my events`",
+        rewrite("SELECT * FROM `my events` TIMESTAMP BY t"));
+  }
+
+  @Test
+  void anEventTimeExpressionIsComputedIntoAColumn() {
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(SELECT *, CAST(ts AS TIMESTAMP) AS"
+            + " wmobs_event_time FROM events AS e), event_time => 'wmobs_event_time',"
+            + " substream_by => 'id', name => 'e') AS e",
+        rewrite("SELECT * FROM events e TIMESTAMP BY CAST(ts AS TIMESTAMP) OVER id"));
+  }
+
+  @Test
+  void aStreamOfAPipelineAndASubquery() {
+    assertEquals(
+        "CREATE STREAMING TABLE t AS SELECT * FROM wmobs_time_policy(TABLE(SELECT * FROM"
+            + " STREAM events), event_time => 'EventTime', name => 'events') AS events;",
+        rewrite(
+            "CREATE STREAMING TABLE t AS SELECT * FROM STREAM events TIMESTAMP BY EventTime;"));
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(SELECT * FROM (SELECT * FROM events)),"
+            + " event_time => 't')",
+        rewrite("SELECT * FROM (SELECT * FROM events) TIMESTAMP BY t"));
+  }
+
+  @Test
+  void aJoinOfTwoStreamsEachWithItsOwnTime() {
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(a), event_time => 't1', name => 'a') AS a JOIN"
+            + " wmobs_time_policy(TABLE(b), event_time => 't2', name => 'b') AS b ON a.id = b.id",
+        rewrite("SELECT * FROM a TIMESTAMP BY t1 JOIN b TIMESTAMP BY t2 ON a.id = b.id"));
+  }
+
+  @Test
+  void theSessionsSettingsAreEveryPolicysDefaults() {
+    Map<String, String> given = new TreeMap<>();
+    given.put("spark.wmobs.sql.late_arrival", " 5 minutes ");
+    given.put("spark.wmobs.sql.Distributions", "FALSE");
+    Map<String, Object> options = PolicyTable.settings(given);
+    assertEquals(Map.of("late_arrival", "5 minutes", "distributions", false), options);
+    PolicyOptions policy = PolicyOptions.of(options, Set.of("EventTime"));
+    assertEquals(300_000_000L, policy.lateArrivalUs());
+    for (String[] bad :
+        new String[][] {
+          {"spark.wmobs.sql.late_arival", "no option late_arival for every policy"},
+          {"spark.wmobs.sql.name", "no option name for every policy"},
+          {"spark.wmobs.sql.distributions", "must be true or false, got 'maybe'"},
+        }) {
+      IllegalArgumentException error =
+          assertThrows(
+              IllegalArgumentException.class, () -> PolicyTable.settings(Map.of(bad[0], "maybe")));
+      assertTrue(error.getMessage().startsWith(bad[0] + ": " + bad[1]), error.getMessage());
+    }
+  }
+
+  @Test
+  void wordsInStringsAndCommentsAreLeftAlone() {
+    assertNull(
+        rewrite("SELECT 'FROM x TIMESTAMP BY y' -- TIMESTAMP BY z\n FROM t /* TIMESTAMP BY */"));
+    assertNull(rewrite("SELECT `TIMESTAMP` FROM t"));
+    assertEquals(
+        "SELECT 'TIMESTAMP BY' FROM wmobs_time_policy(TABLE(t), event_time => 'e', name => 't')"
+            + " AS t -- x",
+        rewrite("SELECT 'TIMESTAMP BY' FROM t TIMESTAMP BY e -- x"));
+  }
+
+  @Test
+  void aClauseItCannotReadIsAnErrorNamingTheClause() {
+    for (String[] bad :
+        new String[][] {
+          {"SELECT TIMESTAMP BY x", "follows no table in a FROM clause"},
+          {"SELECT * FROM t TIMESTAMP BY", "names no event time"},
+          {"SELECT * FROM t TIMESTAMP BY x OVER", "OVER names no key column"},
+          {"SELECT * FROM t a b TIMESTAMP BY x", "follows more than a table"},
+        }) {
+      IllegalArgumentException error =
+          assertThrows(IllegalArgumentException.class, () -> rewrite(bad[0]), bad[0]);
+      assertTrue(error.getMessage().contains(bad[1]), error.getMessage());
+      String clause = "TIMESTAMP BY <event time> [OVER";
+      assertTrue(error.getMessage().contains(clause), error.getMessage());
+    }
+  }
+}
