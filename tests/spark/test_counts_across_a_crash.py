@@ -26,6 +26,7 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "id INT, EventTime TIMESTAMP, ArrivalTime TIMESTAMP"
 MINUTE = 60.0
+SINKS = ("files", "foreachBatch skipping", "foreachBatch again")
 
 
 def batch_rows(batch: int, now: float) -> list[dict[str, Any]]:
@@ -50,10 +51,10 @@ def expected(batches: int) -> dict[tuple[str, str], int]:
     return {("early_arrival", "dropped"): early, ("late_arrival", "adjusted"): late}
 
 
-@pytest.fixture(params=["local", "s3a"])
+@pytest.fixture
 def checkpoints(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Iterator[Any]:
-    """Where Spark's checkpoint goes, and how a test plants a file there: ``(uri, plant,
-    remove)``."""
+    """Where Spark's checkpoint goes, how a test plants a file there, and how the Python engine
+    reaches it: ``(uri, plant, remove, storage)``."""
     if request.param == "local":
         root = tmp_path / "ckpt"
 
@@ -61,7 +62,7 @@ def checkpoints(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> I
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text("")
 
-        yield str(root), plant, lambda name: (root / name).unlink()
+        yield str(root), plant, lambda name: (root / name).unlink(), None
         return
     from tests.object_store import hadoop_aws_jars, s3a_conf
 
@@ -78,21 +79,32 @@ def checkpoints(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> I
             f"s3a://{bucket}/ckpt",
             lambda name: client.put_object(Bucket=bucket, Key=f"ckpt/{name}", Body=b""),
             lambda name: client.delete_object(Bucket=bucket, Key=f"ckpt/{name}"),
+            server.storage,
         )
     finally:
         for key in conf:
             spark.conf.unset(key)
 
 
-@pytest.mark.parametrize("sink", ["files", "foreachBatch skipping", "foreachBatch again"])
+@pytest.mark.parametrize(
+    ("sink", "engine", "checkpoints"),
+    [
+        *[(sink, "jvm", at) for sink in SINKS for at in ("local", "s3a")],
+        ("files", "python", "local"),
+        ("files", "python", "s3a"),
+        ("foreachBatch skipping", "python", "local"),
+    ],
+    indirect=["checkpoints"],
+)
 def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
-    spark: Any, tmp_path: Path, sink: str, checkpoints: Any
+    spark: Any, tmp_path: Path, sink: str, engine: str, checkpoints: Any
 ) -> None:
     """Spark's commit of micro-batch 1 fails after the sink's (a file waits at
     ``commits/1``): the query dies with batch 1 in the sink and in the dead letters, and its
     progress never posted. Restarted, Spark runs batch 1 again. Every counter then equals what
-    the sink and the dead letters hold: nothing lost, nothing twice."""
-    checkpoint, plant, remove = checkpoints
+    the sink and the dead letters hold: nothing lost, nothing twice. (On the Python engine,
+    the listener recalls what the tasks kept of batch 1, off its callback: ``flush`` waits.)"""
+    checkpoint, plant, remove, storage = checkpoints
     dead = tmp_path / "dead"
     out = tmp_path / "out"
     now = float(int(time.time()))  # whole seconds: each delay exactly on its bucket bound
@@ -101,7 +113,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         late_arrival="5 minutes",
         out_of_order="1 hour",
         name=f"crash_{sink.rsplit(maxsplit=1)[-1]}",
-        engine="jvm",
+        engine=engine,
     )
     seen: set[int] = set()
 
@@ -119,6 +131,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
             source.json(str(tmp_path / "in")),
             checkpoint_location=checkpoint,
             dead_letter=str(dead),
+            storage=storage,
         ).select("id")
         writer = judged.writeStream.queryName("crash").option("checkpointLocation", str(checkpoint))
         writer = writer.trigger(processingTime="100 milliseconds")
@@ -146,6 +159,7 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         wait_until(
             lambda: stopped(monitor, "crash") == 1, what="the listener seeing the query stop"
         )
+        assert monitor.flush()
         snap = monitor.snapshot("crash")
         assert snap is not None
         counts = snap.policy(policy.state_name)
@@ -220,64 +234,3 @@ def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_pat
         counts = snap.policy(policy.state_name)
         assert counts is not None
         assert {k: v for k, v in counts.events.items() if v} == expected(2), policy.name
-
-
-def test_on_the_python_engine_a_skipped_micro_batch_is_said_not_counted(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The Python engine keeps no counts beside the checkpoint: the micro-batch that the file
-    sink skips after the crash reports none, the counters miss its verdicts (its rows are in
-    the sink and the dead letters all the same), and one warning names the policy and the
-    micro-batch, as the time-policies page says."""
-    import structlog
-    from structlog.testing import capture_logs
-
-    from ._streaming import engines
-
-    if "python" not in engines(spark):
-        pytest.skip(f"Spark {spark.version} has no Python engine")
-    checkpoint = tmp_path / "ckpt"
-    now = time.time()
-    policy = TimePolicy(arrival_time="ArrivalTime", late_arrival="5 minutes",
-                        out_of_order="1 hour", name="crash_py", engine="python")  # fmt: skip
-
-    def start() -> Any:
-        source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-        return (
-            policy.apply(source.json(str(tmp_path / "in")), checkpoint_location=str(checkpoint))
-            .select("id")
-            .writeStream.queryName("crash_py")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="100 milliseconds")
-            .format("parquet")
-            .start(str(tmp_path / "out"))
-        )
-
-    with (
-        capture_logs() as logs,
-        wmobs.attach(spark, prometheus_port=None, logger=structlog.get_logger()) as monitor,
-    ):
-        write_rows(tmp_path / "in", "0", batch_rows(0, now))
-        query = start()
-        query.processAllAvailable()
-        (checkpoint / "commits" / "1").write_text("")
-        write_rows(tmp_path / "in", "1", batch_rows(1, now))
-        with pytest.raises(Exception, match="1"):
-            query.awaitTermination(120)
-        (checkpoint / "commits" / "1").unlink()
-        query = start()
-        write_rows(tmp_path / "in", "2", batch_rows(2, now))
-        query.processAllAvailable()
-        query.stop()
-        wait_until(
-            lambda: stopped(monitor, "crash_py") == 1, what="the listener seeing the query stop"
-        )
-        snap = monitor.snapshot("crash_py")
-    assert snap is not None
-    counts = snap.policy(policy.state_name)
-    assert counts is not None
-    assert {k: v for k, v in counts.events.items() if v} == expected(2)  # 1's are not in it
-    warnings = [e for e in logs if e["event"] == "wmobs.counts_not_reported"]
-    assert [(w["batch"], w["policies"]) for w in warnings] == [(1, [policy.state_name])]
-    kept = sorted(r.id for r in spark.read.parquet(str(tmp_path / "out")).collect())
-    assert kept == ids(range(3), kept=True)

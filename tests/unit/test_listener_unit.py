@@ -188,36 +188,53 @@ def test_the_jvm_counts_as_exited_only_when_this_process_started_it_and_it_ended
         running.communicate(b"")
 
 
-def test_a_skipped_micro_batch_on_the_python_engine_is_said_not_counted(
+def test_a_skipped_micro_batch_on_the_python_engine_is_recalled_or_said_not_counted(
     rec: MetricsRecorder,
 ) -> None:
     """The first micro-batch of a run whose sources moved but whose plan read no row: the
-    sink skipped it, having committed it before a crash; a Python-engine policy's counts of
-    it are not in the event, and one warning says so. The JVM engine's carries them (kept
-    beside the checkpoint), and a later micro-batch of the run is not suspect."""
+    sink skipped it, having committed it before a crash. A Python-engine policy's counts of it
+    are not in the event: the listener recalls, off its callback, what the policy kept of that
+    micro-batch (:mod:`wmobs._kept`) into the counters, or says with one warning that it kept
+    none. The JVM engine's event carries its own (kept beside the checkpoint), and a later
+    micro-batch of the run is not suspect."""
+    from wmobs._kept import register_recall
     from wmobs.observations import rule_column
 
+    late = rule_column("late_arrival", "adjusted")
     listener = WmobsListener(rec.tracker, [rec.instruments], logger=structlog.get_logger())
+    asked = []
+
+    def kept(query_id: str, name: str | None, batch: int) -> dict[str, Any] | None:
+        asked.append((query_id, name, batch))
+        return {late: 7, "dead_letter_rows": 2} if batch == 5 else None
+
+    register_recall("py_kept", "here", kept)
 
     def moved(batch: int, run: str, engines: dict[str, str], rows: int = 0) -> dict[str, Any]:
         observed = {
-            f"wmobs.policy.{name}": {"engine": engine, rule_column("late_arrival", "adjusted"): 0}
-            for name, engine in engines.items()
+            f"wmobs.policy.{name}": {"engine": engine, late: 0} for name, engine in engines.items()
         }
         if engines.get("jvm_kept"):
-            observed["wmobs.policy.jvm_kept"][rule_column("late_arrival", "adjusted")] = 3
+            observed["wmobs.policy.jvm_kept"][late] = 3
         progress = progress_json(batch_id=batch, run_id=run, rows=rows, observed=observed)
         source = progress["sources"][0]
         source["startOffset"], source["endOffset"] = {"logOffset": batch - 1}, {"logOffset": batch}
         return progress
 
-    engines = {"py": "python", "jvm_kept": "jvm"}
+    engines = {"py": "python", "py_kept": "python", "jvm_kept": "jvm"}
     with capture_logs() as logs:
         listener._progress(moved(5, "run-2", engines))  # the re-run the sink skipped
+        assert listener.join_recalls(30)
         listener._progress(moved(6, "run-2", engines))  # later: an empty file, not suspect
         listener._progress(moved(7, "run-2", engines, rows=4))
+        assert listener.join_recalls(30)
     warnings = [e for e in logs if e["event"] == "wmobs.counts_not_reported"]
-    assert [(w["batch"], w["policies"], w["log_level"]) for w in warnings] == [
-        (5, ["py"], "warning")
-    ]
+    assert [(w["batch"], w["policy"], w["log_level"]) for w in warnings] == [(5, "py", "warning")]
+    recalled = [e for e in logs if e["event"] == "wmobs.counts_recalled"]
+    assert [(r["batch"], r["policy"]) for r in recalled] == [(5, "py_kept")]
+    snap = rec.tracker.snapshots()[0]
+    assert asked == [(snap.query_id, snap.name, 5)]
+    assert snap.policies["py_kept"].events[("late_arrival", "adjusted")] == 7
+    assert snap.policies["py_kept"].dead_letter_rows == 2
+    assert snap.policies["jvm_kept"].events[("late_arrival", "adjusted")] == 3 * 3
     assert listener.errors == 0

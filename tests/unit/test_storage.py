@@ -237,7 +237,7 @@ def test_a_named_querys_checkpoint_is_found_below_the_session_root_as_the_driver
     """A task finds a named query's checkpoint below the session's root; a relative root is
     resolved against the driver's working directory (``relative_to``), as Spark resolved it
     there, not against the task's own (an executor's, on a cluster)."""
-    from wmobs.policy._python._checkpoint import CheckpointNotFoundError, _resolve_checkpoint
+    from wmobs.policy._python._checkpoint import CheckpointNotFoundError, resolve_checkpoint
 
     def props(root: str, name: str = "clicks") -> dict[str, str]:
         return {
@@ -246,11 +246,11 @@ def test_a_named_querys_checkpoint_is_found_below_the_session_root_as_the_driver
         }
 
     here = "file:/home/driver/job"
-    assert _resolve_checkpoint("s3a://b/ckpt", props("roots"), here) == "s3a://b/ckpt"
-    assert _resolve_checkpoint("", props("roots/"), here) == f"{here}/roots/clicks"
-    assert _resolve_checkpoint("", props("roots"), "") == "roots/clicks"  # as it was given
+    assert resolve_checkpoint("s3a://b/ckpt", props("roots"), here) == "s3a://b/ckpt"
+    assert resolve_checkpoint("", props("roots/"), here) == f"{here}/roots/clicks"
+    assert resolve_checkpoint("", props("roots"), "") == "roots/clicks"  # as it was given
     for root in ("/data/roots", "s3a://b/roots", "dbfs:/roots"):
-        assert _resolve_checkpoint("", props(root + "/"), here) == f"{root}/clicks"
+        assert resolve_checkpoint("", props(root + "/"), here) == f"{root}/clicks"
     for unnamed in (props("roots", name="id = 5"), props(""), {}):
         with pytest.raises(CheckpointNotFoundError, match="checkpoint_location"):
-            _resolve_checkpoint("", unnamed, here)
+            resolve_checkpoint("", unnamed, here)

@@ -185,11 +185,13 @@ class Monitor:
 
     def flush(self, timeout: timedelta = timedelta(seconds=10)) -> bool:
         """Push what wmobs pushes over OTLP now (metrics, and the spans made so far), rather
-        than at the next interval; True if every push went through within ``timeout``. A
-        no-op (True) without OTLP."""
+        than at the next interval, once the counts being recalled for a micro-batch a sink
+        skipped are in the counters; True if every push went through within ``timeout``.
+        Without OTLP, only the wait for those counts."""
         millis = int(timeout.total_seconds() * 1000)
         failures = sum(push.failures for push in self._pushes)
-        ok = True
+        join = getattr(self.listener, "join_recalls", None)
+        ok = join is None or bool(join(timeout.total_seconds()))
         for provider in (self._private_provider, self._private_tracing):
             if provider is not None and not self._closed:
                 ok = bool(provider.force_flush(millis)) and ok

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from wmobs._kept import recall
 from wmobs._log import get_logger
 from wmobs.listener._snapshots import BatchSummary, QuerySnapshot, format_timestamp
 from wmobs.listener._tracker import Tracker
@@ -117,8 +120,17 @@ class WmobsListener(StreamingQueryListener):
         self._warned_columns: set[str] = set()
         self._warned_drops: set[str] = set()
         self._warned_heap: set[str] = set()
+        self._recalls: list[threading.Thread] = []
         self.errors = 0
         """Internal errors logged and swallowed so far (for tests and health checks)."""
+
+    def join_recalls(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the kept counts being recalled (:meth:`_recall`)
+        to be in the counters; True if they are."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._recalls):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._recalls)
 
     @property
     def _jlistener(self) -> Any:
@@ -162,6 +174,15 @@ class WmobsListener(StreamingQueryListener):
         try:
             progress = json.loads(raw) if isinstance(raw, str) else raw
             summary = self._tracker.on_progress(progress)
+            if summary.unreported:  # rare (a restart's first micro-batch): storage, off this thread
+                thread = threading.Thread(
+                    target=self._recall,
+                    args=(str(progress["id"]), progress.get("name"), summary),
+                    name="wmobs-recall",
+                    daemon=True,
+                )
+                self._recalls = [t for t in self._recalls if t.is_alive()] + [thread]
+                thread.start()
             if summary.duration_s is not None:
                 for instruments in self._instruments:
                     instruments.record_batch_duration(summary.label, summary.duration_s)
@@ -202,17 +223,6 @@ class WmobsListener(StreamingQueryListener):
                 batch=summary.batch_id,
                 rows=summary.rows_dropped_by_watermark,
             )
-        if summary.unreported:
-            self._log.warning(
-                "wmobs.counts_not_reported",
-                query=summary.label,
-                batch=summary.batch_id,
-                policies=list(summary.unreported),
-                note="the first micro-batch of this run read no row though its sources moved: "
-                "a sink that had it already skipped it after a crash between its commit and "
-                "Spark's; its rows are in the sink or the dead letters, and the Python engine's "
-                "counts of them are not in the counters (the JVM engine keeps them)",
-            )
         if summary.heap_state is not None and summary.label not in self._warned_heap:
             self._warned_heap.add(summary.label)
             keys, memory = summary.heap_state
@@ -227,6 +237,36 @@ class WmobsListener(StreamingQueryListener):
             if column not in self._warned_columns:
                 self._warned_columns.add(column)
                 self._log.warning("wmobs.unknown_observed_column", column=column)
+
+    def _recall(self, query_id: str, name: str | None, summary: BatchSummary) -> None:
+        """The counts that the Python-engine policies of a micro-batch a sink skipped kept
+        (:mod:`wmobs._kept`), into their counters; a warning for a policy that kept none."""
+        for policy in summary.unreported:
+            try:
+                counts = recall(policy, query_id, name, summary.batch_id)
+            except Exception:
+                self._failed("recall")
+                counts = None
+            if counts is not None:
+                self._tracker.on_recalled(query_id, policy, counts)
+                self._log.info(
+                    "wmobs.counts_recalled",
+                    query=summary.label,
+                    batch=summary.batch_id,
+                    policy=policy,
+                )
+                continue
+            self._log.warning(
+                "wmobs.counts_not_reported",
+                query=summary.label,
+                batch=summary.batch_id,
+                policy=policy,
+                note="the first micro-batch of this run read no row though its sources moved: "
+                "a sink that had it already skipped it after a crash between its commit and "
+                "Spark's; its rows are in the sink or the dead letters, and their counts are not "
+                "in the counters: the Python engine kept none that this process can find "
+                "(the policy was applied in another Python process)",
+            )
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         try:

@@ -34,6 +34,7 @@ from wmobs.listener._snapshots import (
     QuerySnapshot,
     parse_timestamp,
 )
+from wmobs.observations import OBSERVATION_PREFIX
 
 __all__ = ["Tracker"]
 
@@ -169,6 +170,15 @@ class Tracker:
             policies=observed.policies,
             heap_state=heap_keyed_state(operators),
         )
+
+    def on_recalled(self, query_id: str, policy: str, counts: Mapping[str, Any]) -> None:
+        """The counts ``policy`` kept of a micro-batch that a sink skipped on a restart, recalled
+        after its progress (:data:`BatchSummary.unreported`): added to its counters."""
+        observed = parse_observed_metrics({f"{OBSERVATION_PREFIX}.policy.{policy}": counts})
+        with self._lock:
+            snap = self._queries.get(query_id)
+            if snap is not None:
+                fold_observed(snap, observed)
 
     def on_idle(self, query_id: str) -> str | None:
         """An idle event: nothing to fold (the time gauges grow by themselves); the label."""

@@ -45,6 +45,9 @@ class Context:
     relative_to: str = ""
     """Without ``checkpoint`` (a named query's, below the session's root): the driver's working
     directory, against which a task resolves a relative root as Spark did on the driver."""
+    checkpoint_root: str | None = None
+    """Without ``checkpoint``: the session's ``spark.sql.streaming.checkpointLocation``, below
+    which a named query keeps its checkpoint."""
 
     @property
     def observation_name(self) -> str:

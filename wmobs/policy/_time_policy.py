@@ -327,6 +327,7 @@ class TimePolicy:
             dead_letters=plan,
             renamed=dotted_names(schema.names),
             relative_to=relative_to,
+            checkpoint_root=None if checkpoint_location else root,
         )
         return build(ctx, df, sink)
 

@@ -28,6 +28,7 @@ __all__ = [
     "TaskMicroBatch",
     "parse_offsets",
     "read_batch_times",
+    "resolve_checkpoint",
     "task_batch_times",
     "task_micro_batch",
 ]
@@ -122,7 +123,7 @@ def no_offsets_entry(base: str, batch_id: int, query_id: str) -> str:
     )
 
 
-def _resolve_checkpoint(configured: str, props: dict[str, Any], relative_to: str) -> str:
+def resolve_checkpoint(configured: str, props: dict[str, Any], relative_to: str) -> str:
     """``configured``, or a named query's below the session's root; a relative root against
     ``relative_to``, the driver's working directory (where Spark resolved it), not the task's.
     """
@@ -157,7 +158,7 @@ def task_micro_batch(configured_checkpoint: str, relative_to: str = "") -> TaskM
     batch = props.get("streaming.sql.batchId")
     if batch is None:
         return None
-    checkpoint = _resolve_checkpoint(configured_checkpoint, props, relative_to)
+    checkpoint = resolve_checkpoint(configured_checkpoint, props, relative_to)
     return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))
 
 

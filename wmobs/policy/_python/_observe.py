@@ -22,6 +22,7 @@ from wmobs.policy._histograms import (
     joint_histogram_index,
 )
 from wmobs.policy._observe import JOINT_HISTOGRAMS, counted, queueing
+from wmobs.policy._python._kept import keep_counts
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BUCKETS,
@@ -50,12 +51,13 @@ def observation(
     ctx: Context, staged: DataFrame, dead_letters: bool
 ) -> tuple[DataFrame, list[Column]]:
     """The counts, and with the policy's distributions their aggregates; ``staged`` with the
-    columns they read."""
+    columns they read, each task's counts kept until Spark commits the micro-batch
+    (:mod:`wmobs.policy._python._kept`)."""
     counts = _counts(ctx, staged, dead_letters)
-    if not ctx.distributions:
-        return staged, counts
-    staged, distributions = _distributions(staged, ctx.idle, queueing(ctx))
-    return staged, [*counts, *distributions]
+    if ctx.distributions:
+        staged, distributions = _distributions(staged, ctx.idle, queueing(ctx))
+        counts += distributions
+    return keep_counts(ctx, staged, dead_letters), counts
 
 
 def _event_time(ctx: Context, staged: DataFrame) -> Column:

@@ -1,0 +1,234 @@
+"""The Python engine's counts kept beside the checkpoint until Spark has committed their
+micro-batch: what the JVM engine does in ``KeptCounts.java``, for sessions without it.
+
+The window: a crash (or a ``stop()``) after the sink has committed micro-batch N and before
+Spark has. Spark reports what ``observe`` counted only after its own commit; on restart it runs
+N again, and a sink that has N already (the file sink, Delta's, a ``foreachBatch`` that skips
+batches it has seen) skips it without running the plan, which then counts nothing. So in every
+task of a micro-batch, beside ``observe``'s own aggregates, a vectorised Python function
+(:func:`keep_counts`: the verdicts, the idle timeout's firings and the distributions' bucket
+indexes and sums cross into Python, eight bytes a column a row) counts the same rows and, once
+the task's input is exhausted, writes its counts as one small JSON file,
+``<checkpoint>/wmobs/observations/<policy>/counts-<partition>.json`` (one PUT on an object store;
+replaced by the next micro-batch's, and by a retried task's, which counts the same rows). The
+listener, on the first micro-batch of a query run that counted nothing though its sources moved,
+reads the files of that micro-batch back on a thread of its own (:func:`recall`, registered
+under the policy's observation name): the counts of the attempt the sink committed. The
+gauges (the input's watermark, largest event time, substream spread) are not kept: the next
+micro-batch sets them.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from wmobs._kept import register_recall
+from wmobs.observations import (
+    DEAD_LETTER_COLUMN,
+    IDLE_TIMEOUT_COLUMN,
+    histogram_buckets_column,
+    histogram_sum_column,
+    joint_histogram_column,
+)
+from wmobs.policy._context import Context
+from wmobs.policy._observe import JOINT_HISTOGRAMS, counted, queueing
+from wmobs.policy._python._checkpoint import (
+    CheckpointNotFoundError,
+    resolve_checkpoint,
+    task_micro_batch,
+)
+from wmobs.policy._storage import Storage
+from wmobs.policy._verdicts import (
+    BUCKETS,
+    DELAY,
+    DROPPED_BITS,
+    IDLE,
+    LATENESS,
+    QUEUE,
+    QUEUE_BUCKET,
+    VERDICT,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["Tally", "keep_counts", "kept_file", "merge_kept", "read_kept"]
+
+KEPT_PREFIX = "counts-"
+
+
+def kept_file(checkpoint: str, policy: str, partition: int) -> str:
+    """Where a task of ``policy`` keeps its counts (the JVM engine's ``part-<n>`` beside them
+    are binary, and each engine reads only its own)."""
+    return f"{checkpoint.rstrip('/')}/wmobs/observations/{policy}/{KEPT_PREFIX}{partition}.json"
+
+
+class Tally:
+    """One task's counts of the ``observe`` columns that add up, from columns of its rows in the
+    order :func:`keep_counts` passes them: the verdict, then ``(kind, column)`` each."""
+
+    def __init__(self, bits: list[tuple[str, int]], columns: list[tuple[str, str]]) -> None:
+        self.bits = bits
+        self.columns = columns
+        self.rows = 0
+        self.counts: dict[str, Any] = {column: 0 for column, _ in bits}
+        for kind, column in columns:
+            self.counts[column] = {} if kind == "buckets" else 0.0 if kind == "sum" else 0
+
+    def add(self, verdict: Any, *values: Any) -> None:
+        """One Arrow batch's columns (numpy arrays; a sum's column NaN where it has no value)."""
+        import numpy as np
+
+        self.rows += len(verdict)
+        for column, bit in self.bits:
+            self.counts[column] += int(np.count_nonzero(verdict & bit))
+        for (kind, column), value in zip(self.columns, values, strict=True):
+            if kind == "firings":
+                self.counts[column] += int(value[value > 0].sum())
+            elif kind == "sum":
+                self.counts[column] += float(np.nansum(value))
+            else:  # buckets: -1 where the row has none
+                index, found = np.unique(value[value >= 0], return_counts=True)
+                into = self.counts[column]
+                for i, n in zip(index.tolist(), found.tolist(), strict=True):
+                    into[str(i)] = into.get(str(i), 0) + n
+
+    def to_json(self, query: str | None, batch: int) -> bytes:
+        kept = {"query": query, "batch": batch, "counts": self.counts}
+        return json.dumps(kept).encode("utf-8")
+
+
+def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFrame:
+    """``staged``, every row of it, through the function that keeps its tasks' counts (a filter
+    that keeps every row); the policy's :func:`recall` registered for the listener."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.functions import pandas_udf
+    from pyspark.util import PythonEvalType
+
+    bits = list(counted(ctx))
+    if dead_letters:
+        bits.append((DEAD_LETTER_COLUMN, DROPPED_BITS))
+    columns: list[tuple[str, str]] = []
+    arguments = [F.col(VERDICT)]
+    if ctx.idle:
+        columns.append(("firings", IDLE_TIMEOUT_COLUMN))
+        arguments.append(F.col(IDLE))
+    if ctx.distributions:
+        # (buckets column, index column, {histogram: its µs}): the joint one, and queueing's
+        histograms = [
+            (
+                joint_histogram_column(JOINT_HISTOGRAMS),
+                BUCKETS,
+                {"arrival_delay": DELAY, "lateness": LATENESS},
+            )
+        ]
+        if queueing(ctx):
+            queue = histogram_buckets_column("queueing_delay")
+            histograms.append((queue, QUEUE_BUCKET, {"queueing_delay": QUEUE}))
+        for column, index, sums in histograms:
+            columns.append(("buckets", column))
+            arguments.append(F.coalesce(F.col(index), F.lit(-1)))
+            for histogram, micros in sums.items():  # where the histogram counts the row
+                columns.append(("sum", histogram_sum_column(histogram)))
+                arguments.append(F.when(F.col(index).isNotNull(), F.col(micros)).cast("double"))
+    checkpoint, relative_to, storage, policy = (
+        ctx.checkpoint or "",
+        ctx.relative_to,
+        ctx.storage,
+        ctx.name,
+    )
+
+    def keep(batches: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+        from pyspark import TaskContext
+
+        tally = Tally(bits, columns)
+        for batch in batches:
+            series = batch if isinstance(batch, tuple) else (batch,)
+            tally.add(*(s.to_numpy() for s in series))
+            yield pd.Series(True, index=series[0].index)
+        if not tally.rows:
+            return
+        try:
+            task = task_micro_batch(checkpoint, relative_to)
+        except CheckpointNotFoundError:
+            return  # (the batch's times could not be read either: the query has failed)
+        if task is None:
+            return  # not a micro-batch
+        context = TaskContext.get()
+        partition = 0 if context is None else context.partitionId()
+        target = kept_file(task.checkpoint, policy, partition)
+        try:
+            storage.write_once(target, tally.to_json(task.query_id, task.batch_id))
+        except OSError as exc:
+            raise OSError(
+                f"wmobs: could not keep the counts of batch {task.batch_id} in {target}: {exc}"
+            ) from exc
+
+    with warnings.catch_warnings():  # "prefer type hints": pandas is imported lazily here
+        warnings.filterwarnings("ignore", ".*preferred to specify type hints")
+        udf = pandas_udf(
+            keep, T.BooleanType(), functionType=PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF
+        ).asNondeterministic()
+    root = ctx.checkpoint_root
+
+    def recall(query_id: str, query_name: str | None, batch: int) -> dict[str, Any] | None:
+        where = _driver_checkpoint(checkpoint, root, query_name, relative_to)
+        return read_kept(storage, where, policy, query_id, batch)
+
+    register_recall(policy, (checkpoint, root, relative_to, storage.encode()), recall)
+    return staged.filter(udf(*arguments))
+
+
+def _driver_checkpoint(
+    configured: str, root: str | None, query: str | None, relative_to: str
+) -> str | None:
+    """The checkpoint the tasks of ``query`` resolved (:func:`task_micro_batch`)."""
+    props = {"spark.sql.streaming.checkpointLocation": root, "spark.job.description": query or ""}
+    try:
+        return resolve_checkpoint(configured, props, relative_to)
+    except CheckpointNotFoundError:
+        return None
+
+
+def read_kept(
+    storage: Storage, checkpoint: str | None, policy: str, query: str, batch: int
+) -> dict[str, Any] | None:
+    """On the driver (a thread of the listener's): the counts the tasks of micro-batch ``batch``
+    kept, merged, as the row ``observe`` would have reported; ``None`` where they kept none."""
+    if checkpoint is None:
+        return None
+    folder = kept_file(checkpoint, policy, 0).rpartition("/")[0]
+    found = []
+    for entry in storage.files(folder):
+        if entry.name.startswith(KEPT_PREFIX) and entry.name.endswith(".json"):
+            kept = json.loads(storage.read_text(f"{folder}/{entry.name}"))
+            if kept.get("batch") == batch and kept.get("query") in (query, None):
+                found.append(kept["counts"])
+    return merge_kept(found) if found else None
+
+
+def merge_kept(parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The tasks' counts added up, histograms as ``histogram_numeric``'s points."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for column, value in part.items():
+            if isinstance(value, Mapping):
+                into = merged.setdefault(column, {})
+                for index, n in value.items():
+                    into[index] = into.get(index, 0) + n
+            else:
+                merged[column] = merged.get(column, 0) + value
+    return {
+        column: [
+            {"x": float(i), "y": float(n)}
+            for i, n in sorted(value.items(), key=lambda p: int(p[0]))
+        ]
+        if isinstance(value, dict)
+        else value
+        for column, value in merged.items()
+    }
