@@ -2,7 +2,8 @@
 
 1. the arrival policies and the batch's times, then out of order, globally or per key, with
    the idle-timeout heartbeat (:mod:`wmobs.policy._ordering`, :mod:`wmobs.policy._heartbeat`);
-2. the counts, one ``observe`` (:mod:`wmobs.policy._observe`);
+2. the counts, one ``observe`` (:mod:`wmobs.policy._observe`), each task's kept until Spark
+   commits the micro-batch (``ctx.engine.keep_counts``);
 3. the dropped rows filtered out, or handed to the dead-letter destination by the plan
    ``apply`` chose (:mod:`wmobs.policy.deadletter`);
 4. the output: the input's columns, ``system_timestamp`` and the watermark on it.
@@ -44,7 +45,11 @@ def build(ctx: Context, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
     else:
         staged = substream_out_of_order(ctx, inside)
     staged, counted = observations(ctx, staged, sink is not None)
-    observed = staged.observe(ctx.observation_name, *counted)
+    # Above observe, so that the optimizer keeps the function on the columns observe reads
+    # (pushed below them, it would be handed the expressions that compute them, again).
+    observed = ctx.engine.keep_counts(
+        ctx, staged.observe(ctx.observation_name, *counted), sink is not None
+    )
     if sink is None:
         kept = observed.filter((F.col(VERDICT).bitwiseAND(F.lit(DROPPED_BITS))) == 0)
     else:

@@ -89,6 +89,12 @@ class Engine(ABC):
         and its distributions, and ``staged`` with the columns they read."""
 
     @abstractmethod
+    def keep_counts(self, ctx: Context, observed: DataFrame, dead_letters: bool) -> DataFrame:
+        """``observed`` (after ``observe``, every row of it), with what keeps each task's counts
+        of a micro-batch beside the checkpoint until Spark has committed it, where the engine
+        does not keep them in its ``observe`` aggregate."""
+
+    @abstractmethod
     def dead_letters(
         self, ctx: Context, observed: DataFrame, sink: DeadLetter, schema: StructType
     ) -> DataFrame:

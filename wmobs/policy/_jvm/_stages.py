@@ -61,6 +61,11 @@ class JvmEngine(Engine):
         staged, column = observation(ctx, staged, dead_letters)
         return staged, [column]
 
+    def keep_counts(self, ctx: Context, observed: DataFrame, dead_letters: bool) -> DataFrame:
+        """Nothing to add: the observation's own aggregate keeps each task's counts
+        (``KeptCounts.java``)."""
+        return observed
+
     def dead_letters(
         self, ctx: Context, observed: DataFrame, sink: DeadLetter, schema: StructType
     ) -> DataFrame:

@@ -22,7 +22,6 @@ from wmobs.policy._histograms import (
     joint_histogram_index,
 )
 from wmobs.policy._observe import JOINT_HISTOGRAMS, counted, queueing
-from wmobs.policy._python._kept import keep_counts
 from wmobs.policy._verdicts import (
     ARRIVAL,
     BUCKETS,
@@ -51,13 +50,12 @@ def observation(
     ctx: Context, staged: DataFrame, dead_letters: bool
 ) -> tuple[DataFrame, list[Column]]:
     """The counts, and with the policy's distributions their aggregates; ``staged`` with the
-    columns they read, each task's counts kept until Spark commits the micro-batch
-    (:mod:`wmobs.policy._python._kept`)."""
+    columns they read."""
     counts = _counts(ctx, staged, dead_letters)
     if ctx.distributions:
         staged, distributions = _distributions(staged, ctx.idle, queueing(ctx))
         counts += distributions
-    return keep_counts(ctx, staged, dead_letters), counts
+    return staged, counts
 
 
 def _event_time(ctx: Context, staged: DataFrame) -> Column:

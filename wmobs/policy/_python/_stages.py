@@ -15,6 +15,7 @@ from wmobs._spark import working_directory
 from wmobs.policy._context import Context
 from wmobs.policy._deadletter import DeadLetter
 from wmobs.policy._deadletter_handover import hand_over
+from wmobs.policy._python._kept import keep_counts
 from wmobs.policy._python._observe import observation
 from wmobs.policy._python._rules import judge_global
 from wmobs.policy._python._substreams import judge_substreams
@@ -78,6 +79,11 @@ class PythonEngine(Engine):
         self, ctx: Context, staged: DataFrame, dead_letters: bool
     ) -> tuple[DataFrame, list[Column]]:
         return observation(ctx, staged, dead_letters)
+
+    def keep_counts(self, ctx: Context, observed: DataFrame, dead_letters: bool) -> DataFrame:
+        """Each task's counts, counted again by a vectorised Python function and kept beside
+        the checkpoint (:mod:`wmobs.policy._python._kept`)."""
+        return keep_counts(ctx, observed, dead_letters)
 
     def dead_letters(
         self, ctx: Context, observed: DataFrame, sink: DeadLetter, schema: StructType
