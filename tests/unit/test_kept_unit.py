@@ -18,7 +18,14 @@ from wmobs.observations import (  # noqa: E402
     joint_histogram_column,
     rule_column,
 )
-from wmobs.policy._python._kept import KEPT_PREFIX, Tally, kept_file, merge_kept, read_kept  # noqa: E402
+from wmobs.policy._python._kept import (  # noqa: E402
+    KEPT_PREFIX,
+    VERDICT_WIDTH,
+    Tally,
+    kept_file,
+    merge_kept,
+    read_kept,
+)
 from wmobs.policy._storage import Storage  # noqa: E402
 from wmobs.policy._verdicts import DROPPED_BITS, VERDICT_BITS  # noqa: E402
 from wmobs.testing import progress_json  # noqa: E402
@@ -35,33 +42,39 @@ def _tally() -> Tally:
         (EARLY, VERDICT_BITS[("early_arrival", "dropped")]),
         (DEAD_LETTER_COLUMN, DROPPED_BITS),
     ]
-    columns = [("firings", IDLE_TIMEOUT_COLUMN), ("buckets", JOINT), ("sum", DELAY_SUM)]
-    return Tally(bits, columns)
+    columns = [("firings", IDLE_TIMEOUT_COLUMN), ("sum", DELAY_SUM)]
+    return Tally(bits, [(JOINT, VERDICT_WIDTH, 16)], columns)
 
 
 def _batch(verdicts: list[int], idle: list[int], buckets: list[int], delays: list[float]) -> list:
-    return [np.array(verdicts), np.array(idle), np.array(buckets), np.array(delays)]
+    """The columns keep_counts passes: verdict and bucket packed (-1: no bucket), then the
+    rest."""
+    packed = [v | ((b + 1) << VERDICT_WIDTH) for v, b in zip(verdicts, buckets, strict=True)]
+    return [np.array(packed), np.array(idle), np.array(delays)]
 
 
 def test_a_task_counts_what_observe_counts_of_its_rows() -> None:
     """Verdict bits, dropped rows, firings (synthetic rows' positive idle column), bucket
-    indexes (-1: none) and sums (NaN: none), over two Arrow batches."""
+    indexes (none: not counted) and sums (NaN: none), over two Arrow batches."""
     late = VERDICT_BITS[("late_arrival", "adjusted")]
     early = VERDICT_BITS[("early_arrival", "dropped")]
     tally = _tally()
     tally.add(
         *_batch(
-            [0, late, early, late | early], [-1, -1, 3, -1], [4, 4, -1, 9], [1.0, 2.0, np.nan, 5.0]
+            [0, late, early, late | early],
+            [-1, -1, 3, -1],
+            [4, 4, -1, 474],
+            [1.0, 2.0, np.nan, 5.0],
         )
     )
-    tally.add(*_batch([late], [2], [9], [10.0]))
+    tally.add(*_batch([late], [2], [474], [10.0]))
     assert tally.rows == 5
     assert tally.counts == {
         LATE: 3,
         EARLY: 2,
         DEAD_LETTER_COLUMN: 2,
         IDLE_TIMEOUT_COLUMN: 5,
-        JOINT: {"4": 2, "9": 2},
+        JOINT: {"4": 2, "474": 2},
         DELAY_SUM: 18.0,
     }
 

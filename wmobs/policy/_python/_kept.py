@@ -66,35 +66,48 @@ def kept_file(checkpoint: str, policy: str, partition: int) -> str:
     return f"{checkpoint.rstrip('/')}/wmobs/observations/{policy}/{KEPT_PREFIX}{partition}.json"
 
 
+VERDICT_WIDTH = 8
+"""Bits of the verdict at the bottom of the packed column (its bits are all below 128)."""
+
+
 class Tally:
     """One task's counts of the ``observe`` columns that add up, from columns of its rows in the
-    order :func:`keep_counts` passes them: the verdict, then ``(kind, column)`` each."""
+    order :func:`keep_counts` passes them: one packed column (the verdict in its lowest
+    :data:`VERDICT_WIDTH` bits, above it each of ``buckets``' ``(column, shift, width)``: its
+    bucket index plus one, 0 for none), then ``columns``' ``(kind, column)`` each (firings, or
+    a sum: NaN where the row has no value). Fewer columns cross into Python so: each one costs
+    its rows' copy and conversion."""
 
-    def __init__(self, bits: list[tuple[str, int]], columns: list[tuple[str, str]]) -> None:
-        self.bits = bits
-        self.columns = columns
+    def __init__(
+        self,
+        bits: list[tuple[str, int]],
+        buckets: list[tuple[str, int, int]],
+        columns: list[tuple[str, str]],
+    ) -> None:
+        self.bits, self.buckets, self.columns = bits, buckets, columns
         self.rows = 0
         self.counts: dict[str, Any] = {column: 0 for column, _ in bits}
-        for kind, column in columns:
-            self.counts[column] = {} if kind == "buckets" else 0.0 if kind == "sum" else 0
+        self.counts.update({column: {} for column, _, _ in buckets})
+        self.counts.update({column: 0.0 if kind == "sum" else 0 for kind, column in columns})
 
-    def add(self, verdict: Any, *values: Any) -> None:
-        """One Arrow batch's columns (numpy arrays; a sum's column NaN where it has no value)."""
+    def add(self, packed: Any, *values: Any) -> None:
+        """One Arrow batch's columns, as numpy arrays."""
         import numpy as np
 
-        self.rows += len(verdict)
+        self.rows += len(packed)
         for column, bit in self.bits:
-            self.counts[column] += int(np.count_nonzero(verdict & bit))
+            self.counts[column] += int(np.count_nonzero(packed & bit))
+        for column, shift, width in self.buckets:
+            index = (packed >> shift) & ((1 << width) - 1)
+            found, n = np.unique(index[index > 0] - 1, return_counts=True)
+            into = self.counts[column]
+            for i, count in zip(found.tolist(), n.tolist(), strict=True):
+                into[str(i)] = into.get(str(i), 0) + count
         for (kind, column), value in zip(self.columns, values, strict=True):
             if kind == "firings":
                 self.counts[column] += int(value[value > 0].sum())
-            elif kind == "sum":
+            else:
                 self.counts[column] += float(np.nansum(value))
-            else:  # buckets: -1 where the row has none
-                index, found = np.unique(value[value >= 0], return_counts=True)
-                into = self.counts[column]
-                for i, n in zip(index.tolist(), found.tolist(), strict=True):
-                    into[str(i)] = into.get(str(i), 0) + n
 
     def to_json(self, query: str | None, batch: int) -> bytes:
         kept = {"query": query, "batch": batch, "counts": self.counts}
@@ -112,29 +125,36 @@ def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFram
     bits = list(counted(ctx))
     if dead_letters:
         bits.append((DEAD_LETTER_COLUMN, DROPPED_BITS))
+    packed = F.col(VERDICT).cast("long")
+    buckets: list[tuple[str, int, int]] = []
     columns: list[tuple[str, str]] = []
-    arguments = [F.col(VERDICT)]
+    values = []
     if ctx.idle:
         columns.append(("firings", IDLE_TIMEOUT_COLUMN))
-        arguments.append(F.col(IDLE))
+        values.append(F.col(IDLE))
     if ctx.distributions:
-        # (buckets column, index column, {histogram: its µs}): the joint one, and queueing's
+        # (buckets column, index column, its bits, {histogram: its µs}): the joint one (its
+        # indexes below 2^16), and queueing's (below 2^8)
         histograms = [
             (
                 joint_histogram_column(JOINT_HISTOGRAMS),
                 BUCKETS,
+                16,
                 {"arrival_delay": DELAY, "lateness": LATENESS},
             )
         ]
         if queueing(ctx):
             queue = histogram_buckets_column("queueing_delay")
-            histograms.append((queue, QUEUE_BUCKET, {"queueing_delay": QUEUE}))
-        for column, index, sums in histograms:
-            columns.append(("buckets", column))
-            arguments.append(F.coalesce(F.col(index), F.lit(-1)))
+            histograms.append((queue, QUEUE_BUCKET, 8, {"queueing_delay": QUEUE}))
+        shift = VERDICT_WIDTH
+        for column, index, width, sums in histograms:
+            buckets.append((column, shift, width))
+            plus_one = F.coalesce(F.col(index).cast("long") + F.lit(1), F.lit(0))
+            packed = packed.bitwiseOR(F.shiftleft(plus_one, shift))
+            shift += width
             for histogram, micros in sums.items():  # where the histogram counts the row
                 columns.append(("sum", histogram_sum_column(histogram)))
-                arguments.append(F.when(F.col(index).isNotNull(), F.col(micros)).cast("double"))
+                values.append(F.when(F.col(index).isNotNull(), F.col(micros)).cast("double"))
     checkpoint, relative_to, storage, policy = (
         ctx.checkpoint or "",
         ctx.relative_to,
@@ -146,7 +166,7 @@ def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFram
         import pandas as pd
         from pyspark import TaskContext
 
-        tally = Tally(bits, columns)
+        tally = Tally(bits, buckets, columns)
         for batch in batches:
             series = batch if isinstance(batch, tuple) else (batch,)
             tally.add(*(s.to_numpy() for s in series))
@@ -181,7 +201,7 @@ def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFram
         return read_kept(storage, where, policy, query_id, batch)
 
     register_recall(policy, (checkpoint, root, relative_to, storage.encode()), recall)
-    return staged.filter(udf(*arguments))
+    return staged.filter(udf(packed, *values))
 
 
 def _driver_checkpoint(
