@@ -22,7 +22,9 @@ from wmobs.policy._python._kept import (  # noqa: E402
     KEPT_PREFIX,
     VERDICT_WIDTH,
     Tally,
+    forget_kept,
     kept_file,
+    kept_folder,
     merge_kept,
     read_kept,
 )
@@ -81,31 +83,32 @@ def test_a_task_counts_what_observe_counts_of_its_rows() -> None:
 
 def test_the_tasks_files_of_the_batch_and_query_are_merged(tmp_path: Path) -> None:
     """Files of another micro-batch or another query in the same folder are left out; the
-    merged buckets are ``histogram_numeric``'s points, as the listener reads them."""
+    merged buckets are ``histogram_numeric``'s points, as the listener reads them; the task of
+    partition 0 removes the files of micro-batches long past."""
     storage = Storage()
     checkpoint = str(tmp_path / "ckpt")
-    for partition, (query, batch, late) in enumerate(
+    late = VERDICT_BITS[("late_arrival", "adjusted")]
+    for partition, (query, batch, rows) in enumerate(
         [("q", 4, 1), ("q", 4, 2), ("q", 3, 100), ("other", 4, 1000)]
     ):
         tally = _tally()
-        tally.add(
-            *_batch(
-                [VERDICT_BITS[("late_arrival", "adjusted")]] * late,
-                [-1] * late,
-                [partition] * late,
-                [1.0] * late,
-            )
-        )
-        storage.write_once(kept_file(checkpoint, "p", partition), tally.to_json(query, batch))
-    assert Path(kept_file(checkpoint, "p", 0)).name == f"{KEPT_PREFIX}0.json"
+        tally.add(*_batch([late] * rows, [-1] * rows, [partition] * rows, [1.0] * rows))
+        target = kept_file(checkpoint, "p", batch, partition)
+        storage.write_once(target, tally.to_json(query, batch))
+    assert Path(kept_file(checkpoint, "p", 4, 0)).name == f"{KEPT_PREFIX}4-0.json"
     merged = read_kept(storage, checkpoint, "p", "q", 4)
     assert merged is not None
     assert merged[LATE] == 3
     assert merged[DELAY_SUM] == 3.0
     assert merged[JOINT] == [{"x": 0.0, "y": 1.0}, {"x": 1.0, "y": 2.0}]
+    assert read_kept(storage, checkpoint, "p", "q", 3) is not None
     assert read_kept(storage, checkpoint, "p", "q", 5) is None
     assert read_kept(storage, str(tmp_path / "none"), "p", "q", 4) is None
     assert read_kept(storage, None, "p", "q", 4) is None
+    (tmp_path / "ckpt" / "wmobs" / "observations" / "p" / "counts-x-1.json").write_text("{}")
+    forget_kept(storage, kept_folder(checkpoint, "p"), 4)
+    names = sorted(e.name for e in storage.files(kept_folder(checkpoint, "p")))
+    assert names == ["counts-4-0.json", "counts-4-1.json", "counts-4-3.json", "counts-x-1.json"]
 
 
 def test_recalled_counts_fold_into_the_counters_as_observed_ones() -> None:

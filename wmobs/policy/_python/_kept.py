@@ -9,11 +9,12 @@ task of a micro-batch, beside ``observe``'s own aggregates, a vectorised Python 
 (:func:`keep_counts`: the verdicts, the idle timeout's firings and the distributions' bucket
 indexes and sums cross into Python, eight bytes a column a row) counts the same rows and, once
 the task's input is exhausted, writes its counts as one small JSON file,
-``<checkpoint>/wmobs/observations/<policy>/counts-<partition>.json`` (one PUT on an object store;
-replaced by the next micro-batch's, and by a retried task's, which counts the same rows). The
-listener, on the first micro-batch of a query run that counted nothing though its sources moved,
-reads the files of that micro-batch back on a thread of its own (:func:`recall`, registered
-under the policy's observation name): the counts of the attempt the sink committed. The
+``<checkpoint>/wmobs/observations/<policy>/counts-<batch>-<partition>.json`` (one PUT on an object
+store; replaced by a retried task's, which counts the same rows; the task of partition 0 removes
+those of micro-batches :data:`KEPT_BATCHES` before its own). The listener, on the first
+micro-batch of a query run that counted nothing though its sources moved, reads the files of
+that micro-batch back on a thread of its own (the ``recall`` that :func:`keep_counts` registers
+under the policy's name, :mod:`wmobs._kept`): the counts of the attempt the sink committed. The
 gauges (the input's watermark, largest event time, substream spread) are not kept: the next
 micro-batch sets them.
 """
@@ -55,15 +56,43 @@ from wmobs.policy._verdicts import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["Tally", "keep_counts", "kept_file", "merge_kept", "read_kept"]
+__all__ = [
+    "Tally",
+    "forget_kept",
+    "keep_counts",
+    "kept_file",
+    "kept_folder",
+    "merge_kept",
+    "read_kept",
+]
 
 KEPT_PREFIX = "counts-"
 
 
-def kept_file(checkpoint: str, policy: str, partition: int) -> str:
-    """Where a task of ``policy`` keeps its counts (the JVM engine's ``part-<n>`` beside them
-    are binary, and each engine reads only its own)."""
-    return f"{checkpoint.rstrip('/')}/wmobs/observations/{policy}/{KEPT_PREFIX}{partition}.json"
+KEPT_BATCHES = 100
+"""Micro-batches whose kept counts stay: the listener recalls a micro-batch's when it hears of
+it, which Spark's listener bus may tell it some micro-batches late; older ones go (the task of
+partition 0 removes them, one listing per micro-batch)."""
+
+
+def kept_folder(checkpoint: str, policy: str) -> str:
+    """Where the tasks of ``policy`` keep their counts (the JVM engine's ``part-<n>`` files
+    beside them are binary, and each engine reads only its own)."""
+    return f"{checkpoint.rstrip('/')}/wmobs/observations/{policy}"
+
+
+def kept_file(checkpoint: str, policy: str, batch: int, partition: int) -> str:
+    """One task's: a name per micro-batch, so that the next micro-batches' tasks do not replace
+    it before the listener has read it; a retried task's replaces it."""
+    return f"{kept_folder(checkpoint, policy)}/{KEPT_PREFIX}{batch}-{partition}.json"
+
+
+def _batch_of(name: str) -> int | None:
+    """The micro-batch of a kept file's name (``counts-<batch>-<partition>.json``)."""
+    if not (name.startswith(KEPT_PREFIX) and name.endswith(".json")):
+        return None
+    batch, _, partition = name[len(KEPT_PREFIX) : -len(".json")].partition("-")
+    return int(batch) if batch.isdigit() and partition.isdigit() else None
 
 
 VERDICT_WIDTH = 8
@@ -171,23 +200,24 @@ def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFram
             series = batch if isinstance(batch, tuple) else (batch,)
             tally.add(*(s.to_numpy() for s in series))
             yield pd.Series(True, index=series[0].index)
-        if not tally.rows:
-            return
         try:
             task = task_micro_batch(checkpoint, relative_to)
         except CheckpointNotFoundError:
             return  # (the batch's times could not be read either: the query has failed)
-        if task is None:
-            return  # not a micro-batch
         context = TaskContext.get()
-        partition = 0 if context is None else context.partitionId()
-        target = kept_file(task.checkpoint, policy, partition)
-        try:
-            storage.write_once(target, tally.to_json(task.query_id, task.batch_id))
-        except OSError as exc:
-            raise OSError(
-                f"wmobs: could not keep the counts of batch {task.batch_id} in {target}: {exc}"
-            ) from exc
+        if task is None or context is None:
+            return  # not a micro-batch
+        partition = context.partitionId()
+        if tally.rows:
+            target = kept_file(task.checkpoint, policy, task.batch_id, partition)
+            try:
+                storage.write_once(target, tally.to_json(task.query_id, task.batch_id))
+            except OSError as exc:
+                raise OSError(
+                    f"wmobs: could not keep the counts of batch {task.batch_id} in {target}: {exc}"
+                ) from exc
+        if partition == 0:
+            forget_kept(storage, kept_folder(task.checkpoint, policy), task.batch_id - KEPT_BATCHES)
 
     with warnings.catch_warnings():  # "prefer type hints": pandas is imported lazily here
         warnings.filterwarnings("ignore", ".*preferred to specify type hints")
@@ -215,6 +245,14 @@ def _driver_checkpoint(
         return None
 
 
+def forget_kept(storage: Storage, folder: str, before: int) -> None:
+    """Removes the kept counts of the micro-batches before ``before`` from ``folder``."""
+    for entry in storage.files(folder):
+        batch = _batch_of(entry.name)
+        if batch is not None and batch < before:
+            storage.delete(f"{folder}/{entry.name}")
+
+
 def read_kept(
     storage: Storage, checkpoint: str | None, policy: str, query: str, batch: int
 ) -> dict[str, Any] | None:
@@ -222,12 +260,12 @@ def read_kept(
     kept, merged, as the row ``observe`` would have reported; ``None`` where they kept none."""
     if checkpoint is None:
         return None
-    folder = kept_file(checkpoint, policy, 0).rpartition("/")[0]
+    folder = kept_folder(checkpoint, policy)
     found = []
     for entry in storage.files(folder):
-        if entry.name.startswith(KEPT_PREFIX) and entry.name.endswith(".json"):
+        if _batch_of(entry.name) == batch:
             kept = json.loads(storage.read_text(f"{folder}/{entry.name}"))
-            if kept.get("batch") == batch and kept.get("query") in (query, None):
+            if kept.get("query") in (query, None):  # (a checkpoint's query id never changes)
                 found.append(kept["counts"])
     return merge_kept(found) if found else None
 
