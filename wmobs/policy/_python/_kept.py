@@ -144,8 +144,9 @@ class Tally:
 
 
 def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFrame:
-    """``staged``, every row of it, through the function that keeps its tasks' counts (a filter
-    that keeps every row); the policy's :func:`recall` registered for the listener."""
+    """``staged`` (the policy's rows after ``observe``), every row of it, through the function
+    that keeps its tasks' counts (a filter that keeps every row); how the listener recalls them
+    registered under the policy's name (:func:`wmobs._kept.register_recall`)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
     from pyspark.sql.pandas.functions import pandas_udf
