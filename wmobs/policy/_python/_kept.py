@@ -6,8 +6,9 @@ Spark has. Spark reports what ``observe`` counted only after its own commit; on 
 N again, and a sink that has N already (the file sink, Delta's, a ``foreachBatch`` that skips
 batches it has seen) skips it without running the plan, which then counts nothing. So in every
 task of a micro-batch, beside ``observe``'s own aggregates, a vectorised Python function
-(:func:`keep_counts`: the verdicts, the idle timeout's firings and the distributions' bucket
-indexes and sums cross into Python, eight bytes a column a row) counts the same rows and, once
+(:func:`keep_counts`: the verdict and the distributions' bucket indexes cross into Python in
+one packed column, their sums and the idle timeout's firings in one each) counts the same rows
+and, once
 the task's input is exhausted, writes its counts as one small JSON file,
 ``<checkpoint>/wmobs/observations/<policy>/counts-<batch>-<partition>.json`` (one PUT on an object
 store; replaced by a retried task's, which counts the same rows; the task of partition 0 removes
