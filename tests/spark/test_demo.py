@@ -87,20 +87,49 @@ class Demo:
             self.proc.wait()
 
 
-def test_the_demo_serves_metrics_runs_past_a_minute_and_stops_on_ctrl_c() -> None:
-    """Ctrl-C (SIGINT, which Spark's JVM ignores) stops the demo with its last line, past the
-    minute at which tracebacks of PySpark's worker daemon (``BrokenPipeError``) once
-    appeared: PySpark stops a Python worker that has been idle for a minute, and the worker's
-    daemon then failed to flush into the closed socket. On the JVM engine the demo's query runs
-    no Python worker at all (the batch's times, the counts, the idle heartbeat and the Parquet
-    dead letters are the extension's), so there is none to stop. Its idle gaps are long enough
-    for the idle timeout to close windows while no data comes."""
-    with Demo("--idle-every", "30", "--idle-for", "20") as demo:
+def python_workers(ancestor: int) -> list[str]:
+    """The command lines of PySpark's Python workers (``pyspark.daemon``, ``pyspark.worker``)
+    that descend from process ``ancestor``, read from ``/proc`` (PySpark's daemon puts itself
+    in a process group of its own)."""
+    parents, commands = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                commands[int(entry)] = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # (gone since it was listed)
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            if pid == ancestor:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return [
+        command
+        for pid, command in commands.items()
+        if re.search(r"pyspark\.(daemon|worker)", command) and descends(pid)
+    ]
+
+
+def test_the_demo_serves_metrics_closes_windows_while_idle_and_stops_on_ctrl_c() -> None:
+    """Ctrl-C (SIGINT, which Spark's JVM ignores) stops the demo with its last line. The demo's
+    query starts no Python worker (on the JVM engine the batch's times, the counts, the idle
+    heartbeat and the Parquet dead letters are the extension's): tracebacks of PySpark's worker
+    daemon (``BrokenPipeError``) once appeared a minute in, when PySpark stopped a worker idle
+    for that long and its daemon failed to flush into the closed socket. Its idle gaps are long
+    enough for the idle timeout to close windows while no data comes."""
+    with Demo("--idle-every", "20", "--idle-for", "12") as demo:
         demo.check_metrics()
-        started = time.monotonic()
         demo.next_line(r"windows closed while the source is idle \(idle timeout\): [1-9]")
-        while time.monotonic() - started < 65:  # past the minute
+        for _ in range(3):  # micro-batches after the firing, data flowing again or not
             demo.next_line(r"batch +\d+ ")
+        assert python_workers(demo.proc.pid) == []
         output = demo.stop(signal.SIGINT)
     assert "Error" not in output, output[-5000:]
     assert re.search(r"idle-firings [1-9]", output), output[-2000:]

@@ -12,7 +12,8 @@ and, once
 the task's input is exhausted, writes its counts as one small JSON file,
 ``<checkpoint>/wmobs/observations/<policy>/counts-<batch>-<partition>.json`` (one PUT on an object
 store; replaced by a retried task's, which counts the same rows; the task of partition 0 removes
-those of micro-batches :data:`KEPT_BATCHES` before its own). The listener, on the first
+those of micro-batches :data:`KEPT_BATCHES` before its own, every :data:`FORGET_EVERY`
+micro-batches). The listener, on the first
 micro-batch of a query run that counted nothing though its sources moved, reads the files of
 that micro-batch back on a thread of its own (the ``recall`` that :func:`keep_counts` registers
 under the policy's name, :mod:`wmobs._kept`): the counts of the attempt the sink committed. The
@@ -73,7 +74,12 @@ KEPT_PREFIX = "counts-"
 KEPT_BATCHES = 100
 """Micro-batches whose kept counts stay: the listener recalls a micro-batch's when it hears of
 it, which Spark's listener bus may tell it some micro-batches late; older ones go (the task of
-partition 0 removes them, one listing per micro-batch)."""
+partition 0 removes them every :data:`FORGET_EVERY` micro-batches)."""
+
+FORGET_EVERY = 10
+"""How often the kept counts are pruned: one listing of the folder (a LIST on an object store)
+every so many micro-batches, not one each; at most ``KEPT_BATCHES + FORGET_EVERY`` micro-batches'
+files stay."""
 
 
 def kept_folder(checkpoint: str, policy: str) -> str:
@@ -218,7 +224,7 @@ def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFram
                 raise OSError(
                     f"wmobs: could not keep the counts of batch {task.batch_id} in {target}: {exc}"
                 ) from exc
-        if partition == 0:
+        if partition == 0 and task.batch_id % FORGET_EVERY == 0:
             forget_kept(storage, kept_folder(task.checkpoint, policy), task.batch_id - KEPT_BATCHES)
 
     with warnings.catch_warnings():  # "prefer type hints": pandas is imported lazily here
