@@ -57,6 +57,12 @@ final class KeyedState {
       this.judge = judge;
     }
 
+    /** What a plan shows of it, and how {@link RealTimeMode} finds it there. */
+    @Override
+    public String toString() {
+      return RealTimeMode.KEYED_STATE;
+    }
+
     @Override
     public void init(OutputMode outputMode, TimeMode timeMode) {
       clock =
