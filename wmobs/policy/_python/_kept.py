@@ -78,8 +78,8 @@ partition 0 removes them every :data:`FORGET_EVERY` micro-batches)."""
 
 FORGET_EVERY = 10
 """How often the kept counts are pruned: one listing of the folder (a LIST on an object store)
-every so many micro-batches, not one each; at most ``KEPT_BATCHES + FORGET_EVERY`` micro-batches'
-files stay."""
+every so many micro-batches, not one each (by partition 0's task, where that micro-batch has
+one), so some ``KEPT_BATCHES + FORGET_EVERY`` micro-batches' files stay."""
 
 
 def kept_folder(checkpoint: str, policy: str) -> str:
