@@ -42,9 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9464, help="metrics port (0: a free one)")
     parser.add_argument("--duration", type=float, default=None, help="stop after N seconds")
     parser.add_argument("--until-rows", type=int, default=None, help="stop once N rows are read")
+    parser.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=4,
+        help="the state's partitions, fixed by the checkpoint's first run (Spark's 200 are for "
+        "clusters: on a laptop each micro-batch would take seconds)",
+    )
     args = parser.parse_args(argv)
 
-    builder = SparkSession.builder.appName("kafka-events")
+    builder = SparkSession.builder.appName("kafka-events").config(
+        "spark.sql.shuffle.partitions", str(args.shuffle_partitions)
+    )
     if args.jars:
         builder = builder.config("spark.jars", args.jars)
     spark = wmobs.configure_spark(builder).getOrCreate()
