@@ -1030,7 +1030,7 @@ def test_both_engines_stateless_rules_agree_row_by_row(spark: Any) -> None:
         found: dict[int, list[tuple[Any, ...]]] = {case: [] for case in range(len(cases))}
         for r in df.collect():
             found[r[0]].append(tuple(r)[1:])
-        return {case: sorted(judged) for case, judged in found.items()}
+        return {case: sorted(rows) for case, rows in found.items()}
 
     expected = by_case(reduce(lambda a, b: a.unionAll(b), pythons))
     jvm = reduce(lambda a, b: a.unionAll(b), jvms)
