@@ -64,10 +64,7 @@ def _quiet_structlog() -> None:
 
 
 def bench_event(iterations: int) -> dict[str, float]:
-    from wmobs.listener._spark_listener import WmobsListener
-
     rec = MetricsRecorder()
-    listener = WmobsListener(rec.tracker, [rec.instruments])
     now = time.time()
     warm = 100
     # One body per event, batch ids rising: a repeated id is a replayed batch, which the
@@ -87,22 +84,19 @@ def bench_event(iterations: int) -> dict[str, float]:
         )
         for i in range(warm + iterations)
     ]
-    per_event_us = _fold_events(listener, bodies, warm)
+    per_event_us = _fold_events(rec, bodies, warm)
     # The same events with a trace of every micro-batch (attach(traces=True)): the spans made
     # in the callback, handed to the SDK's batch processor, exported on its own thread.
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from wmobs.listener._traces import BatchTracer
-
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
-    traced = WmobsListener(
-        MetricsRecorder().tracker, [rec.instruments], tracer=BatchTracer(provider)
-    )
+    traced = MetricsRecorder(tracer_provider=provider)
     per_traced_event_us = _fold_events(traced, bodies, warm)
     provider.shutdown()
+    traced.shutdown()
     started = time.perf_counter()
     scrapes = 200
     for _ in range(scrapes):
@@ -116,14 +110,14 @@ def bench_event(iterations: int) -> dict[str, float]:
     }
 
 
-def _fold_events(listener: Any, bodies: list[str], warm: int) -> float:
-    """µs per progress event through ``listener``, after ``warm`` events."""
+def _fold_events(rec: MetricsRecorder, bodies: list[str], warm: int) -> float:
+    """µs per progress event through the listener's callback, after ``warm`` events."""
     for body in bodies[:warm]:
-        listener._progress(body)
+        rec.progress(body)
     started = time.perf_counter()
     for body in bodies[warm:]:
-        listener._progress(body)
-    assert listener.errors == 0
+        rec.progress(body)
+    assert rec.errors == 0
     return (time.perf_counter() - started) / (len(bodies) - warm) * 1e6
 
 
@@ -135,8 +129,6 @@ def bench_scrape(queries: int, scrapes: int = 50) -> dict[str, float]:
     import urllib.request
 
     from prometheus_client import generate_latest
-
-    from wmobs.listener._exposition import Exposition, MetricsServer
 
     rec = MetricsRecorder()
     now = time.time()
@@ -158,8 +150,6 @@ def bench_scrape(queries: int, scrapes: int = 50) -> dict[str, float]:
             )
             rec.tracker.on_progress(body)
             rec.instruments.record_batch_duration(f"query_{q}", 0.25)
-    server = MetricsServer("127.0.0.1", 0, Exposition(rec.tracker))
-    url = f"http://127.0.0.1:{server.server_port}/metrics"
 
     def endpoint() -> None:
         with urllib.request.urlopen(url, timeout=10) as response:
@@ -176,13 +166,12 @@ def bench_scrape(queries: int, scrapes: int = 50) -> dict[str, float]:
         return statistics.median(samples) * 1000
 
     try:
-        return {
-            "endpoint_ms": timed(endpoint),
-            "sdk_exporter_ms": timed(lambda: generate_latest(rec.registry)),
-        }
+        with rec.serve() as url:
+            return {
+                "endpoint_ms": timed(endpoint),
+                "sdk_exporter_ms": timed(lambda: generate_latest(rec.registry)),
+            }
     finally:
-        server.shutdown()
-        server.server_close()
         rec.shutdown()
 
 

@@ -19,9 +19,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -178,10 +179,13 @@ class MetricsRecorder:
     Prometheus exporter) what an OpenTelemetry meter provider gets.
 
     :meth:`value` reads a sample by its Prometheus name (``wmobs_input_rows_total``, with the
-    suffixes the exporter adds), so a test catches a unit or suffix mistake.
+    suffixes the exporter adds), so a test catches a unit or suffix mistake. :meth:`progress`
+    runs an event through what ``attach``'s listener runs in Spark's callback (with a span per
+    micro-batch where ``tracer_provider`` is given, as ``attach(traces=True)`` makes them);
+    :meth:`serve` serves :attr:`registry` over HTTP as ``attach``'s endpoint does.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, tracer_provider: Any = None) -> None:
         from wmobs.listener._exposition import Exposition
 
         self.tracker = Tracker(clock=clock)
@@ -194,6 +198,39 @@ class MetricsRecorder:
         )
         self.provider = MeterProvider(metric_readers=[self.reader, self._prometheus])
         self.instruments = Instruments(self.tracker, self.provider)
+        self._tracer_provider = tracer_provider
+        self._listener: Any = None
+
+    def progress(self, event: str | Mapping[str, Any]) -> None:
+        """One progress event (Spark's JSON, or :func:`progress_json`'s ``dict``) through the
+        listener's callback: the tracker, the batch-duration histogram, the debug log and the
+        spans; an exception there is logged and counted in :attr:`errors`, as in a query."""
+        if self._listener is None:
+            from wmobs.listener._spark_listener import WmobsListener
+            from wmobs.listener._traces import BatchTracer
+
+            provider = self._tracer_provider
+            tracer = BatchTracer(provider) if provider is not None else None
+            self._listener = WmobsListener(self.tracker, [self.instruments], tracer=tracer)
+        self._listener._progress(event)
+
+    @property
+    def errors(self) -> int:
+        """Exceptions :meth:`progress` logged and swallowed so far."""
+        return 0 if self._listener is None else int(self._listener.errors)
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[str]:
+        """:attr:`registry`'s samples served as ``attach``'s endpoint serves them, on a free
+        port of 127.0.0.1; yields the ``/metrics`` URL, stops the server on exit."""
+        from wmobs.listener._exposition import Exposition, MetricsServer
+
+        server = MetricsServer("127.0.0.1", 0, Exposition(self.tracker))
+        try:
+            yield f"http://127.0.0.1:{server.server_port}/metrics"
+        finally:
+            server.shutdown()
+            server.server_close()
 
     def value(self, name: str, **labels: str) -> float | None:
         """The sample ``name{labels}`` as Prometheus would scrape it, or ``None``."""

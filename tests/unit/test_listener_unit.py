@@ -11,7 +11,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from tests.events import RecordingLogger
-from wmobs.testing import MetricsRecorder, progress_json, state_operator
+from wmobs.testing import MetricsRecorder, parse_metrics, progress_json, state_operator
 
 listener_mod = pytest.importorskip("pyspark.sql.streaming.listener")
 from wmobs.listener._spark_listener import WmobsListener, progress_dict  # noqa: E402
@@ -238,3 +238,31 @@ def test_a_skipped_micro_batch_on_the_python_engine_is_recalled_or_said_not_coun
     assert snap.policies["py_kept"].dead_letter_rows == 2
     assert snap.policies["jvm_kept"].events[("late_arrival", "adjusted")] == 3 * 3
     assert listener.errors == 0
+
+
+def test_the_recorder_runs_events_through_the_listener_and_serves_them() -> None:
+    """``MetricsRecorder.progress`` is the listener's callback (the histogram, the spans with a
+    tracer provider, errors swallowed and counted); ``serve`` is the endpoint over HTTP."""
+    import urllib.request
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    rec = MetricsRecorder(clock=lambda: NOW, tracer_provider=provider)
+    body = progress_json(watermark=NOW - 12) | {"durationMs": {"triggerExecution": 250}}
+    rec.progress(json.dumps(body))
+    with capture_logs() as logs:
+        rec.progress("not json")
+    assert rec.errors == 1
+    assert [entry["event"] for entry in logs] == ["wmobs.listener_error"]
+    assert rec.value("wmobs_batch_duration_seconds_count", query="q") == 1
+    assert [span.name for span in spans.get_finished_spans()][-1:] == ["micro-batch q"]
+    with rec.serve() as url, urllib.request.urlopen(url, timeout=10) as response:
+        served = parse_metrics(response.read().decode())
+    assert served[("wmobs_watermark_delay_seconds", (("query", "q"),))] == 12.0
+    provider.shutdown()
+    rec.shutdown()
