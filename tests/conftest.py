@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,17 +34,6 @@ def spark() -> Iterator[Any]:
     for query in session.streams.active:
         query.stop()
     session.stop()
-
-
-@pytest.fixture
-def fixed_ports() -> Iterator[None]:
-    """Ports 15002 and 9464 of this machine, held for the test: a local Spark Connect server
-    (``remote("local[2]")``, ``spark-pipelines``, ``start-connect-server.sh``) binds 15002, and
-    the README's quick start and examples serve metrics on 9464, as users run them. ``./dev
-    test`` runs the other Spark lines' suites beside the main one."""
-    with (Path(tempfile.gettempdir()) / "wmobs-tests-fixed-ports.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from wmobs.testing import parse_metrics
 
 from ._streaming import run_job
 
-pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("fixed_ports")]
+pytestmark = pytest.mark.spark
 
 
 def test_attach_over_spark_connect() -> None:

@@ -37,7 +37,6 @@ def test_toll_booth_example_conserves_every_record() -> None:
         assert policy in done.stdout, policy
 
 
-@pytest.mark.usefixtures("fixed_ports")  # it serves metrics on 9464
 def test_sql_policy_example_drops_early_readings_into_its_dead_letters() -> None:
     """``examples/sql_policy.py`` as its docstring says to run it (a short run): the SQL
     function's early-arrival drops counted by the listener, each one in the dead letters."""

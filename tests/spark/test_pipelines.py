@@ -21,7 +21,7 @@ import pytest
 from ._streaming import user_env, write_rows
 from .test_policy_spark import GLOBAL_EXPECTED, SUBSTREAM_EXPECTED, expected_seconds, worked_rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("fixed_ports")]
+pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = ("judged", "judged_sql", "judged_per_device", "judged_from_view", "judged_asa")

@@ -15,7 +15,7 @@ import pytest
 
 from ._streaming import user_env
 
-pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("fixed_ports")]
+pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = """
