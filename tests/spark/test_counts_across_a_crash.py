@@ -7,8 +7,9 @@ S3 server."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,84 @@ def checkpoints(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> I
             spark.conf.unset(key)
 
 
+def policed(
+    spark: Any,
+    tmp_path: Path,
+    sink: str,
+    *,
+    engine: str,
+    checkpoint: str,
+    storage: Any,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[TimePolicy, Callable[[], Any], list[int]]:
+    """The policy, how the query starts (again) with ``sink`` (``on_batch(batch_id)`` called
+    once a ``foreachBatch`` sink has committed), and the ids of the micro-batches the sink was
+    given."""
+    policy = TimePolicy(
+        arrival_time="ArrivalTime",
+        late_arrival="5 minutes",
+        out_of_order="1 hour",
+        name=f"crash_{sink.rsplit(maxsplit=1)[-1]}",
+        engine=engine,
+    )
+    out = tmp_path / "out"
+    given: list[int] = []
+    seen: set[int] = set()
+
+    def write_batch(df: Any, batch_id: int) -> None:
+        """A sink that writes each micro-batch under its id; "skipping": not again once it has
+        (as Delta's sink does by its transaction version)."""
+        given.append(batch_id)
+        if sink == "foreachBatch skipping" and batch_id in seen:
+            return
+        df.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
+        seen.add(batch_id)
+        if on_batch is not None:
+            on_batch(batch_id)
+
+    def start() -> Any:
+        source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        judged = policy.apply(
+            source.json(str(tmp_path / "in")),
+            checkpoint_location=checkpoint,
+            dead_letter=str(tmp_path / "dead"),
+            storage=storage,
+        ).select("id")
+        writer = judged.writeStream.queryName("crash").option("checkpointLocation", checkpoint)
+        writer = writer.trigger(processingTime="100 milliseconds")
+        if sink == "files":
+            return writer.format("parquet").start(str(out))
+        return writer.foreachBatch(write_batch).start()
+
+    return policy, start, given
+
+
+def counted_once(spark: Any, monitor: Any, policy: TimePolicy, tmp_path: Path) -> None:
+    """Batches 0 to 2 ran, batch 1 twice, and query ``crash`` stopped: every counter equals what
+    the sink and the dead letters hold, nothing lost, nothing twice."""
+    wait_until(lambda: stopped(monitor, "crash") == 1, what="the listener seeing the query stop")
+    assert monitor.flush()
+    snap = monitor.snapshot("crash")
+    assert snap is not None
+    counts = snap.policy(policy.state_name)
+    assert counts is not None
+    kept = sorted(r.id for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    assert kept == ids(range(3), kept=True)
+    dead_ids = sorted(
+        i
+        for f in (tmp_path / "dead").rglob("*.parquet")
+        for i in pq.read_table(f).column("id").to_pylist()
+    )
+    assert dead_ids == ids(range(3), kept=False)
+    events = {k: v for k, v in counts.events.items() if v}
+    assert events == expected(3)
+    assert counts.dead_letter_rows == len(dead_ids)
+    # The distributions too: every row's arrival delay once (0, 10 minutes early, late).
+    delays = [{0: 0, 1: -600, 2: 600}[i % 3] * 10**6 for _ in range(3) for i in range(10)]
+    ((buckets, _),) = expected_histogram("arrival_delay", delays).values()
+    assert counts.histograms["arrival_delay"].buckets == buckets
+
+
 @pytest.mark.parametrize(
     ("sink", "engine", "checkpoints"),
     [
@@ -105,40 +184,10 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
     the sink and the dead letters hold: nothing lost, nothing twice. (On the Python engine,
     the listener recalls what the tasks kept of batch 1, off its callback: ``flush`` waits.)"""
     checkpoint, plant, remove, storage = checkpoints
-    dead = tmp_path / "dead"
-    out = tmp_path / "out"
     now = float(int(time.time()))  # whole seconds: each delay exactly on its bucket bound
-    policy = TimePolicy(
-        arrival_time="ArrivalTime",
-        late_arrival="5 minutes",
-        out_of_order="1 hour",
-        name=f"crash_{sink.rsplit(maxsplit=1)[-1]}",
-        engine=engine,
+    policy, start, _ = policed(
+        spark, tmp_path, sink, engine=engine, checkpoint=checkpoint, storage=storage
     )
-    seen: set[int] = set()
-
-    def write_batch(df: Any, batch_id: int) -> None:
-        """A sink that writes each micro-batch under its id; "skipping": not again once it has
-        (as Delta's sink does by its transaction version)."""
-        if sink == "foreachBatch skipping" and batch_id in seen:
-            return
-        df.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
-        seen.add(batch_id)
-
-    def start() -> Any:
-        source = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-        judged = policy.apply(
-            source.json(str(tmp_path / "in")),
-            checkpoint_location=checkpoint,
-            dead_letter=str(dead),
-            storage=storage,
-        ).select("id")
-        writer = judged.writeStream.queryName("crash").option("checkpointLocation", str(checkpoint))
-        writer = writer.trigger(processingTime="100 milliseconds")
-        if sink == "files":
-            return writer.format("parquet").start(str(out))
-        return writer.foreachBatch(write_batch).start()
-
     with wmobs.attach(spark, prometheus_port=None) as monitor:
         write_rows(tmp_path / "in", "0", batch_rows(0, now))
         query = start()
@@ -149,35 +198,66 @@ def test_a_micro_batch_the_sink_committed_before_a_crash_counts_once(
         with pytest.raises(Exception, match="1"):
             query.awaitTermination(120)
         remove("commits/1")
-        kept_before = sorted(r.id for r in spark.read.parquet(str(out)).collect())
+        kept_before = sorted(r.id for r in spark.read.parquet(str(tmp_path / "out")).collect())
         assert kept_before == ids((0, 1), kept=True)
 
         query = start()  # batch 1 again: the sink skips it, or runs it again
         write_rows(tmp_path / "in", "2", batch_rows(2, now))
         query.processAllAvailable()
         query.stop()
-        wait_until(
-            lambda: stopped(monitor, "crash") == 1, what="the listener seeing the query stop"
-        )
-        assert monitor.flush()
-        snap = monitor.snapshot("crash")
-        assert snap is not None
-        counts = snap.policy(policy.state_name)
-        assert counts is not None
+        counted_once(spark, monitor, policy, tmp_path)
 
-    kept = sorted(r.id for r in spark.read.parquet(str(out)).collect())
-    assert kept == ids(range(3), kept=True)
-    dead_ids = sorted(
-        i for f in dead.rglob("*.parquet") for i in pq.read_table(f).column("id").to_pylist()
+
+@pytest.mark.parametrize(
+    ("engine", "checkpoints"), [("jvm", "s3a"), ("python", "s3a")], indirect=["checkpoints"]
+)
+def test_a_stop_after_the_sinks_commit_counts_once(
+    spark: Any, tmp_path: Path, engine: str, checkpoints: Any
+) -> None:
+    """``query.stop()`` as the sink of micro-batch 1 returns, as users stop a query: Spark
+    interrupts the query's thread once the sink has committed, and its own commit of batch 1
+    on ``s3a://`` (the first call after the sink's that heeds an interrupt) does not happen.
+    The query stops with batch 1 in the sink and in the dead letters, its progress never
+    posted; restarted, Spark runs batch 1 again, and the sink skips it."""
+    checkpoint, _, _, storage = checkpoints
+    now = float(int(time.time()))
+    stopping: list[threading.Thread] = []
+    query: Any = None
+
+    def stop_now(batch_id: int) -> None:
+        """The stop that the issue's users made by hand, without the race: from another
+        thread, as Spark's own thread returns from the sink once it is interrupted."""
+        if batch_id != 1 or stopping:
+            return
+        stopping.append(threading.Thread(target=query.stop))
+        stopping[0].start()
+        thread = query._jsq.streamingQuery().queryExecutionThread()
+        wait_until(thread.isInterrupted, what="Spark interrupting the query's thread")
+
+    sink = "foreachBatch skipping"
+    policy, start, given = policed(
+        spark,
+        tmp_path,
+        sink,
+        engine=engine,
+        checkpoint=checkpoint,
+        storage=storage,
+        on_batch=stop_now,
     )
-    assert dead_ids == ids(range(3), kept=False)
-    events = {k: v for k, v in counts.events.items() if v}
-    assert events == expected(3)
-    assert counts.dead_letter_rows == len(dead_ids)
-    # The distributions too: every row's arrival delay once (0, 10 minutes early, late).
-    delays = [{0: 0, 1: -600, 2: 600}[i % 3] * 10**6 for _ in range(3) for i in range(10)]
-    ((buckets, _),) = expected_histogram("arrival_delay", delays).values()
-    assert counts.histograms["arrival_delay"].buckets == buckets
+    with wmobs.attach(spark, prometheus_port=None) as monitor:
+        write_rows(tmp_path / "in", "0", batch_rows(0, now))
+        query = start()
+        query.processAllAvailable()
+        write_rows(tmp_path / "in", "1", batch_rows(1, now))
+        wait_until(lambda: bool(stopping), timeout=120, what="micro-batch 1 in the sink")
+        stopping[0].join(120)
+        assert not query.isActive
+        query = start()
+        write_rows(tmp_path / "in", "2", batch_rows(2, now))
+        query.processAllAvailable()
+        query.stop()
+        assert given == [0, 1, 1, 2], "Spark did not run batch 1 again: the stop missed"
+        counted_once(spark, monitor, policy, tmp_path)
 
 
 def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_path: Path) -> None:
