@@ -204,7 +204,8 @@ class MetricsRecorder:
     def progress(self, event: str | Mapping[str, Any]) -> None:
         """One progress event (Spark's JSON, or :func:`progress_json`'s ``dict``) through the
         listener's callback: the tracker, the batch-duration histogram, the debug log and the
-        spans; an exception there is logged and counted in :attr:`errors`, as in a query."""
+        spans; an exception there is logged and counted in :attr:`errors`, as in a query.
+        Needs PySpark (the listener is its ``StreamingQueryListener``), not a JVM."""
         if self._listener is None:
             from wmobs.listener._spark_listener import WmobsListener
             from wmobs.listener._traces import BatchTracer
