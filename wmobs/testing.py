@@ -191,7 +191,8 @@ class MetricsRecorder:
         self.tracker = Tracker(clock=clock)
         self.reader = InMemoryMetricReader()
         self.registry = CollectorRegistry()
-        self.registry.register(Exposition(self.tracker))
+        self._exposition = Exposition(self.tracker)
+        self.registry.register(self._exposition)
         self.sdk_registry = CollectorRegistry()
         self._prometheus = PrometheusMetricReader(
             registry=self.sdk_registry, scope_info_enabled=False
@@ -224,9 +225,9 @@ class MetricsRecorder:
     def serve(self) -> Iterator[str]:
         """:attr:`registry`'s samples served as ``attach``'s endpoint serves them, on a free
         port of 127.0.0.1; yields the ``/metrics`` URL, stops the server on exit."""
-        from wmobs.listener._exposition import Exposition, MetricsServer
+        from wmobs.listener._exposition import MetricsServer
 
-        server = MetricsServer("127.0.0.1", 0, Exposition(self.tracker))
+        server = MetricsServer("127.0.0.1", 0, self._exposition)
         try:
             yield f"http://127.0.0.1:{server.server_port}/metrics"
         finally:
