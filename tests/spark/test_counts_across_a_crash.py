@@ -237,8 +237,9 @@ def test_a_stop_after_the_sinks_commit_counts_once(
         thread, as Spark's own thread returns from the sink once it is interrupted."""
         if batch_id != 1 or stopping:
             return
-        stopping.append(threading.Thread(target=query.stop))
-        stopping[0].start()
+        stopper = threading.Thread(target=query.stop)
+        stopper.start()  # before the test's thread can see it, and join it
+        stopping.append(stopper)
         thread = query._jsq.streamingQuery().queryExecutionThread()
         wait_until(thread.isInterrupted, what="Spark interrupting the query's thread")
 
