@@ -392,6 +392,35 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
 
         return df.withWatermark("EventTime", "10 seconds").observe("bench", F.count(F.lit(1)))
 
+    def one_row_source(df: Any, ck: str) -> Any:
+        """The baseline cross-joined with a one-row Python data source, broadcast, as the
+        Python engine joins in the batch's times (Spark 4.0 and later), reading nothing."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        class Reader(DataSourceReader):
+            def partitions(self) -> list[InputPartition]:
+                return [InputPartition(0)]
+
+            def read(self, partition: InputPartition) -> Any:
+                yield (0,)
+
+        class OneRow(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "wmobs_bench_one_row"
+
+            def schema(self) -> str:
+                return "wmobs_bench_one LONG"
+
+            def reader(self, schema: Any) -> DataSourceReader:
+                return Reader()
+
+        spark = df.sparkSession
+        spark.dataSource.register(OneRow)
+        one = F.broadcast(spark.read.format(OneRow.name()).load())
+        return df.withWatermark("EventTime", "10 seconds").crossJoin(one).drop("wmobs_bench_one")
+
     def reading(*columns: str) -> Callable[[Any, str], Any]:
         """The baseline reading ``columns`` too, as a policy does (its arrival time; dead letters:
         every column), with a filter that keeps every row of the benchmark's input."""
@@ -414,6 +443,10 @@ def _policy_makers(work: Path) -> dict[str, tuple[Callable[[Any, str], Any], str
             "EventTime",
         ),
         "baseline + one observed count, no policy (diagnostic)": (observed, "EventTime"),
+        "baseline + a one-row Python data source, no policy (diagnostic)": (
+            one_row_source,
+            "EventTime",
+        ),
         "baseline reading the arrival time too, no policy (diagnostic)": (
             reading("ArrivalTime"),
             "EventTime",
