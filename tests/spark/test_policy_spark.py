@@ -458,6 +458,23 @@ def test_the_jvm_engine_refuses_the_per_key_state_files_of_wmobs_0_2(
     assert "delete that folder" in message and "new checkpoint" in message
 
 
+def test_the_python_engine_on_the_jvm_engines_substreams_is_stopped_by_spark(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The other way round: the JVM engine's keys are in a stateful operator of Spark's that a
+    query on the Python engine lacks, and Spark stops it as it starts (rather than every key's
+    watermark starting afresh), with the error class the listener's hint names the engine for."""
+    needs_python_engine(spark)
+    write_rows(tmp_path / "in", "1", [{"id": 1, "EventTime": ts("12:10"), "deviceId": "A"}])
+    jvm = TimePolicy(arrival_time=None, substream_by=["deviceId"], name="moved", engine="jvm")
+    out = tmp_path / "out"
+    run_policy(spark, jvm, tmp_path / "in", tmp_path, "moved", parquet=out)
+    write_rows(tmp_path / "in", "2", [{"id": 2, "EventTime": ts("12:11"), "deviceId": "A"}])
+    python = replace(jvm, engine="python")
+    with pytest.raises(Exception, match="STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA"):
+        run_policy(spark, python, tmp_path / "in", tmp_path, "moved", parquet=out)
+
+
 @pytest.mark.parametrize(
     ("skew", "engine"), [(None, "jvm"), ("15 minutes", "jvm"), ("15 minutes", "python")]
 )

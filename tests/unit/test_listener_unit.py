@@ -71,7 +71,8 @@ def test_events_update_metrics_and_log(rec: MetricsRecorder) -> None:
     ("error_class", "says"),
     [
         ("STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED", "real-time mode runs policies"),
-        ("STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", "providerClass its checkpoint"),
+        ("STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", "engine= and spark.sql"),
+        ("STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY", "engine= and spark.sql"),
         ("SOMETHING_ELSE", None),
     ],
 )

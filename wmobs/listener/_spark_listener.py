@@ -44,15 +44,18 @@ REAL_TIME_MODE_HINT = (
 )
 
 OPERATOR_CHANGED_HINT = (
-    "if the query applies a wmobs TimePolicy with substream_by: on Spark 4 the state store "
-    "provider decides the operator that keeps its keys (transformWithState on RocksDB, "
-    "flatMapGroupsWithState otherwise); start the query with the "
+    "if the query applies a wmobs TimePolicy with substream_by: its keys stay with the engine "
+    "and the state store the checkpoint began with (engine='jvm' keeps them in a stateful "
+    "operator of Spark's, engine='python' in files of its own; on Spark 4 the provider decides "
+    "the JVM engine's operator: transformWithState on RocksDB, flatMapGroupsWithState "
+    "otherwise); start the query with the engine= and "
     "spark.sql.streaming.stateStore.providerClass its checkpoint began with"
 )
 
 FAILURE_HINTS = (
     ("STREAMING_REAL_TIME_MODE", REAL_TIME_MODE_HINT),
     ("STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA", OPERATOR_CHANGED_HINT),
+    ("STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY", OPERATOR_CHANGED_HINT),
 )
 """What the log of a failed query adds, by the beginning of Spark's error class."""
 
