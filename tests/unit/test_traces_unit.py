@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.events import RecordingLogger
 from wmobs.listener import Tracker
-from wmobs.listener._monitor import _tracing
+from wmobs.listener._monitor import _resource, _tracing
 from wmobs.listener._otlp import _grpc_target, _http_url, resolve_protocol
 from wmobs.listener._traces import PHASES, BatchTracer
 from wmobs.observations import rule_column
@@ -197,3 +197,28 @@ def test_otlp_protocol_and_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _grpc_target("http://c:4317") == ("c:4317", True)
     assert _grpc_target("https://c:4317") == ("c:4317", False)
     assert _grpc_target("c:4317") == ("c:4317", True)
+
+
+@pytest.mark.parametrize(
+    ("environment", "service"),
+    [
+        ({}, "wmobs"),
+        ({"OTEL_SERVICE_NAME": "payments"}, "payments"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=fleet,deployment.environment=prod"}, "fleet"),
+        (
+            {"OTEL_SERVICE_NAME": "payments", "OTEL_RESOURCE_ATTRIBUTES": "service.name=fleet"},
+            "payments",
+        ),
+    ],
+)
+def test_the_service_is_named_by_the_standard_variables_else_wmobs(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], service: str
+) -> None:
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    attributes = _resource().attributes
+    assert attributes["service.name"] == service
+    if "deployment.environment" in environment.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        assert attributes["deployment.environment"] == "prod"

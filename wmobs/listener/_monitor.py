@@ -58,10 +58,15 @@ def _release(provider: SdkMeterProvider | None) -> None:
 
 
 def _resource() -> Any:
+    """The SDK's resource (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``), named
+    ``wmobs`` where neither names the service (attributes given to ``Resource.create`` would
+    win over both)."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES still apply (Resource.create reads them).
-    return Resource.create({SERVICE_NAME: "wmobs"})
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "wmobs"}))
+    return resource
 
 
 TRACES_EXPORTERS = ("otlp", "console", "none")
