@@ -340,7 +340,7 @@ OBSERVABLES: tuple[Observable, ...] = (
     ),
     Observable(
         "wmobs.idle_timeout.firings", "wmobs_idle_timeout_firings_total", "counter", "{firing}",
-        "Windows closed by the idle timeout.",
+        "Idle periods in which the idle timeout moved a clock (one firing each).",
         _idle_timeout_firings,
     ),
     Observable(

@@ -138,8 +138,9 @@ class TimePolicy:
     substream_ttl: str | timedelta | None = None
     """With ``substream_by``: forget a key not seen for this long (processing time).
 
-    ``None`` keeps two longs per key for as long as the query runs. Keys are forgotten when
-    their bucket next receives rows; a forgotten key that returns starts afresh.
+    ``None`` keeps a key's clock (three longs) for as long as the query runs. The JVM engine
+    forgets a key by a processing-time timeout of Spark's stateful operator, the Python engine
+    when the key's bucket next receives rows; a forgotten key that returns starts afresh.
     """
     idle_timeout: str | timedelta | None = None
     """Close the windows of a quiet stream: once the stream (with ``substream_by``: a key) has
