@@ -475,6 +475,25 @@ def test_the_python_engine_on_the_jvm_engines_substreams_is_stopped_by_spark(
         run_policy(spark, python, tmp_path / "in", tmp_path, "moved", parquet=out)
 
 
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_a_rows_place_is_taken_before_the_shuffle_by_key(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """A key's rows of equal arrival (every row, without an arrival column) are judged in
+    their place: taken before the shuffle by key, since the shuffle hands a partition's rows
+    over in an order that changes from one attempt of a task to the next."""
+    if engine == "python":
+        needs_python_engine(spark)
+    write_rows(tmp_path / "in", "1", [{"id": 1, "EventTime": ts("12:10"), "deviceId": "A"}])
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "in"))
+    policy = on(engine, TimePolicy(arrival_time=None, substream_by=["deviceId"], name="placed"))
+    judged = policy.apply(stream, checkpoint_location=str(tmp_path / "ckpt"))
+    plan = judged._jdf.queryExecution().analyzed().toString().lower()  # parents first
+    place = "wmobs_row_place()" if engine == "jvm" else "spark_partition_id()"
+    assert plan.count(place) == 1
+    assert plan.index("repartitionbyexpression") < plan.index(place)
+
+
 @pytest.mark.parametrize(
     ("skew", "engine"), [(None, "jvm"), ("15 minutes", "jvm"), ("15 minutes", "python")]
 )

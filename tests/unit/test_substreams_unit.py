@@ -63,6 +63,30 @@ def test_batches_chain_through_the_state() -> None:
     assert first.system_us.tolist() + second.system_us.tolist() == whole[0]
 
 
+def test_rows_of_equal_arrival_are_judged_in_their_place_before_the_shuffle() -> None:
+    """A key's rows of one arrival (a micro-batch without an arrival column: the batch's time)
+    as a shuffle may hand them over, in either order: judged by their place before it, so a
+    retried task, whose shuffle order differs, judges them alike."""
+    from wmobs.policy._python._substream_judge import NONE, judge_rows
+
+    ts = np.array([100, 50], dtype=np.int64)  # place 1 holds 100, place 2 holds 50
+    place = np.array([1, 2], dtype=np.int64)
+    verdicts = []
+    for order in ([0, 1], [1, 0]):
+        judged = judge_rows(
+            np.zeros(2, dtype=np.int64),
+            np.zeros(2, dtype=np.int64),
+            ts[order],
+            np.ones(2, dtype=bool),
+            lambda keys: np.full(len(keys), NONE, dtype=np.int64),
+            tolerance_us=10,
+            drop=False,
+            place=place[order],
+        )
+        verdicts.append(dict(zip(ts[order].tolist(), judged.out_of_order.tolist(), strict=True)))
+    assert verdicts == [{100: False, 50: True}] * 2
+
+
 def test_durations() -> None:
     from datetime import timedelta
 

@@ -67,11 +67,17 @@ QUEUE = "wmobs__queue_us"
 QUEUE_BUCKET = "wmobs__queue_bucket"
 EVENT = "wmobs__event_us"
 """The event time (µs) that wmobs' observation aggregate reads, computed before ``observe``."""
+PLACE = "wmobs__place"
+"""Substreams: a row's place before the shuffle by key, which orders a key's rows of equal
+arrival the same way in every attempt of a task (the shuffle hands over each input partition's
+rows in their order, but the partitions in an order that changes from one attempt to the next):
+on the JVM engine its input partition and its place in it (``wmobs_row_place``), on the Python
+engine its input partition, the order they come in then doing the rest."""
 SLOWEST = "wmobs__key_slowest_us"
 FASTEST = "wmobs__key_fastest_us"
 """Substreams: the smallest and the largest of a partition's keys' largest system timestamps
 (µs), on one of its rows (null on the others), from which ``observe`` finds the batch's spread."""
 INTERNAL = (
     TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS, DELAY_BUCKET,
-    LATENESS_BUCKET, BUCKETS, EVENT, QUEUE, QUEUE_BUCKET, SLOWEST, FASTEST,
+    LATENESS_BUCKET, BUCKETS, EVENT, QUEUE, QUEUE_BUCKET, SLOWEST, FASTEST, PLACE,
 )  # fmt: skip

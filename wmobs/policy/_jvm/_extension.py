@@ -74,6 +74,9 @@ EXTENSIONS = "io.wmobs.spark.WmobsExtensions"
 LINES: dict[str, str] = {"3.5": "2.12", "4.0": "2.13", "4.1": "2.13", "4.2": "2.13", "4.3": "2.13"}
 """The Spark lines wmobs' JAR is built for, and each one's Scala version."""
 VERSION_FUNCTION = "wmobs_version"
+ROW_PLACE = "wmobs_row_place"
+"""A row's place in its partition (the partition's index, then a counter), unique in a
+micro-batch (``RowBytes.java``)."""
 HEARTBEAT_SOURCE = "io.wmobs.spark.IdleHeartbeat"
 """The format of the extension's idle-timeout heartbeat source (``IdleHeartbeat.java``)."""
 _HOME = Path(__file__).resolve().parents[2] / "_jars"

@@ -122,6 +122,9 @@ class SubstreamsSpec:
     ts: str
     arrival: str
     verdict: str
+    place: str
+    """A row's place before the shuffle by key (``wmobs_row_place``), after its arrival the
+    order of a key's rows."""
     idle: str | None
     appended: list[str]
     checkpoint: str

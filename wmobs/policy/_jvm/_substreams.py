@@ -20,6 +20,7 @@ from wmobs.policy._verdicts import (
     KEY,
     OOO_ADJUSTED,
     OOO_DROPPED,
+    PLACE,
     REAL,
     TS,
     VERDICT,
@@ -42,8 +43,12 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
         keyed = keyed.withColumn(IDLE, F.lit(REAL).cast("long"))
     if idle_us is not None or ttl_us is not None:
         keyed = refusing_available_now(ctx, keyed)
-    # Shuffled by key before the times and verdicts are computed, so that only the input
-    # columns and the key go through the shuffle; the operator's partitioning is this one.
+    # Each row's place before the shuffle, which hands a partition's rows over in an order that
+    # changes between attempts: a key's rows of equal arrival are judged in the same order in
+    # every attempt. Shuffled by key before the times and verdicts are computed, so that only
+    # the input columns, the key and the place go through the shuffle; the operator's
+    # partitioning is this one.
+    keyed = keyed.withColumn(PLACE, F.call_function(_extension.ROW_PLACE))
     partitioned = keyed.repartition(F.col(KEY))
     staged = judge(ctx, partitioned, out_of_order=False).drop(WATERMARK, BATCH_TIME)
     drop = ctx.out_of_order_action == "drop"
@@ -68,6 +73,7 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
         ts=TS,
         arrival=ARRIVAL,
         verdict=VERDICT,
+        place=PLACE,
         idle=IDLE if ctx.idle else None,
         appended=list(appended),
         checkpoint=ctx.checkpoint or "",

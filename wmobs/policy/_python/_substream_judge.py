@@ -60,21 +60,24 @@ def judge_rows(
     *,
     tolerance_us: int,
     drop: bool,
+    place: npt.NDArray[np.int64] | None = None,
 ) -> Judged:
-    """Judge rows of many keys: per key in arrival order (ties keep input order) against the
+    """Judge rows of many keys: per key in arrival order (ties by ``place``, then in input
+    order) against the
     key's own watermark, each key starting from its maximum before the rows (``initial``, given
     the sorted unique keys; ``NONE`` for none). ``candidate`` marks rows still in play (not
     dropped by an earlier policy); others pass through and do not move the watermark. With
     ``drop`` out-of-order rows keep their timestamps (the caller drops them); otherwise they are
     adjusted up to the watermark. Results are in the input order.
 
-    NumPy throughout: sort by (key, arrival, input position), a running maximum that restarts
-    at every key, back to input order."""
+    NumPy throughout: sort by (key, arrival, place, input position), a running maximum that
+    restarts at every key, back to input order."""
     n = len(keys)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Judged(ts_us.astype(np.int64), np.zeros(0, bool), empty, empty, empty)
-    order = np.lexsort((np.arange(n), arrival_us, keys))
+    ties = (np.arange(n),) if place is None else (np.arange(n), place)
+    order = np.lexsort((*ties, arrival_us, keys))
     k, ts, cand = keys[order], ts_us[order], candidate[order]
     first = np.ones(n, dtype=bool)
     first[1:] = k[1:] != k[:-1]
@@ -145,6 +148,7 @@ def judge_partition(
     heartbeat: bool,
     now_ms: int,
     config: SubstreamConfig,
+    place: npt.NDArray[np.int64] | None = None,
 ) -> tuple[PartitionVerdicts, KeyState]:
     """One micro-batch of real rows (any keys) against ``state``: keys not seen for the TTL
     forgotten, out-of-order verdicts (as :func:`judge_rows`), last-seen times and, on a
@@ -166,6 +170,7 @@ def judge_partition(
         initial,
         tolerance_us=config.tolerance_us,
         drop=config.drop,
+        place=place,
     )
     found, at = _find(state.keys, judged.keys)
     # Keys with state: new maximum, seen now, no longer idle. New keys: kept if a row counted

@@ -44,6 +44,10 @@ class Columns:
     fastest: str | None = None
     """Output columns (µs) for the partition's slowest and fastest key's largest system
     timestamp, on its first real row (null on the others)."""
+    place: str | None = None
+    """A row's input partition before the shuffle, which orders a key's rows of equal arrival
+    before the order they come in (the shuffle keeps each input partition's rows in their
+    order, not the partitions' order, from one attempt of a task to the next)."""
 
 
 def substream_stage(
@@ -93,6 +97,7 @@ def substream_stage(
         keys = column(columns.key).to_numpy()
         arrival = column(columns.arrival).to_numpy()
         verdicts = column(columns.verdict).to_numpy()
+        place = None if columns.place is None else column(columns.place).to_numpy()
         buckets = np.unique(np.mod(keys, BUCKETS)).tolist()
         beats = None
         if columns.idle is not None and config.idle_timeout_ms is not None:
@@ -119,6 +124,7 @@ def substream_stage(
             heartbeat=beats is not None,
             now_ms=now_ms,
             config=config,
+            place=None if place is None else place[real],
         )
         if store is not None and where is not None:
             # a bucket with nothing before or after is left out; none left: no file

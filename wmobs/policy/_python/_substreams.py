@@ -19,6 +19,7 @@ from wmobs.policy._verdicts import (
     LATENESS,
     OOO_ADJUSTED,
     OOO_DROPPED,
+    PLACE,
     SLOWEST,
     TS,
     VERDICT,
@@ -50,11 +51,16 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
         )
     if ctx.idle:
         keyed = with_heartbeat(ctx, keyed, ctx.checkpoint)
-    # Partitioned by key bucket before the times and verdicts are computed, so that only
-    # the input columns and the key go through the shuffle.
+    # Each row's input partition: the shuffle hands a task the rows of each input partition in
+    # their order, but the partitions in an order that changes between attempts, so a key's rows
+    # of equal arrival are judged by input partition, then in the order they came, alike in every
+    # attempt (Spark refuses monotonically_increasing_id in a streaming query). Partitioned by key
+    # bucket before the times and verdicts are computed, so that only the input columns, the key
+    # and the place go through the shuffle.
+    keyed = keyed.withColumn(PLACE, F.spark_partition_id().cast("long"))
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
     staged = judge_arrival(ctx, partitioned).drop(WATERMARK, BATCH_TIME)
-    output = [c for c in staged.columns if c not in (KEY, ARRIVAL)] + appended
+    output = [c for c in staged.columns if c not in (KEY, ARRIVAL, PLACE)] + appended
     spec = _spec(ctx)
     nothing = F.lit(None).cast("long")  # filled by the judge
     staged = staged.withColumns({c: nothing for c in appended})
@@ -82,6 +88,7 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
             lateness=LATENESS,
             slowest=SLOWEST,
             fastest=FASTEST,
+            place=PLACE,
         ),
         checkpoint=ctx.checkpoint or "",
         relative_to=ctx.relative_to,

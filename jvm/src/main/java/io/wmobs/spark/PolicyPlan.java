@@ -74,10 +74,12 @@ final class PolicyPlan {
   static final String EVENT = "wmobs__event_us";
   static final String SLOWEST = "wmobs__key_slowest_us";
   static final String FASTEST = "wmobs__key_fastest_us";
+  /** A row's place before the shuffle by key ({@link RowBytes#PLACE}): see {@link Substreams}. */
+  static final String PLACE = "wmobs__place";
   static final List<String> INTERNAL =
       List.of(TS, ARRIVAL, VERDICT, KEY, WATERMARK, BATCH_TIME, IDLE, DELAY, LATENESS,
           "wmobs__delay_bucket", "wmobs__lateness_bucket", "wmobs__buckets", EVENT, QUEUE,
-          "wmobs__queue_bucket", SLOWEST, FASTEST);
+          "wmobs__queue_bucket", SLOWEST, FASTEST, PLACE);
   static final String SYSTEM_TIMESTAMP = "system_timestamp";
   static final long REAL = -1;
   static final long HEARTBEAT = -2;
@@ -171,6 +173,9 @@ final class PolicyPlan {
     if (idle(options) || options.substreamTtlUs() != null) {
       keyed = keyed.unionByName(heartbeat(keyed, options));
     }
+    // Each row's place before the shuffle, which hands a partition's rows over in an order
+    // that changes between attempts: ties in arrival are judged in the same order in every one.
+    keyed = keyed.withColumn(PLACE, call_function(RowBytes.PLACE));
     Dataset<Row> staged = judge(keyed.repartition(col(KEY)), options, false);
     Map<String, Object> spec = new LinkedHashMap<>();
     Long ttl = options.substreamTtlUs();
@@ -186,6 +191,7 @@ final class PolicyPlan {
     spec.put("ts", TS);
     spec.put("arrival", ARRIVAL);
     spec.put("verdict", VERDICT);
+    spec.put("place", PLACE);
     spec.put("idle", idle(options) ? IDLE : null);
     spec.put("appended", List.of(LATENESS, SLOWEST, FASTEST));
     spec.put("checkpoint", checkpoint(options));

@@ -43,8 +43,10 @@ import org.apache.spark.sql.types.StructType;
  * heap, with changelog checkpointing where configured) keeps the rest.
  *
  * <p>{@link #judge} plans it: the rows are hash-partitioned by key, and each key's rows reach
- * its judge ({@link KeyJudge}), which puts them in arrival order, then the order they came in
- * ({@link KeyRows}). A row's columns travel as one binary value ({@link RowBytes}), so the
+ * its judge ({@link KeyJudge}), which puts them in arrival order, then their place before the
+ * shuffle ({@link KeyRows}; the input partition, then the place in it: {@link RowBytes#PLACE},
+ * computed before the shuffle, which hands a partition's rows over in an order that changes
+ * between attempts, so that every attempt judges ties in arrival alike). A row's columns travel as one binary value ({@link RowBytes}), so the
  * judge sees six fields of it, never its columns. It judges each row against its key's
  * watermark ({@link SubstreamRules.Sorted}, the rule both engines answer to the reference cases
  * with), and with an idle timeout or a TTL, Spark's processing-time timeouts (or timers) call
@@ -54,11 +56,11 @@ import org.apache.spark.sql.types.StructType;
  * <p>Spec (JSON): {@code tolerance_us}, {@code drop}, {@code ttl_ms} and {@code idle_timeout_ms}
  * (null: none), {@code check_interval_ms} (how often an idle key's clock moves on), {@code
  * candidate_bits}, {@code ooo_bit}, the input's columns {@code key} (a long), {@code ts}, {@code
- * arrival}, {@code verdict} and {@code idle} (null: no idle timeout), and {@code appended}: the
- * names of the three columns the judge adds (a row's lateness, and its key's largest system
+ * arrival}, {@code verdict}, {@code place} (a row's place before the shuffle) and {@code idle}
+ * (null: no idle timeout), and {@code appended}: the names of the three columns the judge adds (a row's lateness, and its key's largest system
  * timestamp after the micro-batch twice, on its last row: the smallest and largest of them are
- * the batch's spread). The output: the input's columns without key and arrival, then those
- * three.
+ * the batch's spread). The output: the input's columns without key, arrival and place, then
+ * those three.
  */
 public final class Substreams {
   /** The idle column of a real row (synthetic rows carry their firings, 0 or more). */
@@ -79,6 +81,7 @@ public final class Substreams {
       String ts,
       String arrival,
       String verdict,
+      String place,
       String idle,
       List<String> appended,
       String checkpoint,
@@ -87,8 +90,8 @@ public final class Substreams {
     static final Set<String> MEMBERS =
         Set.of(
             "tolerance_us", "drop", "ttl_ms", "idle_timeout_ms", "check_interval_ms",
-            "candidate_bits", "ooo_bit", "key", "ts", "arrival", "verdict", "idle", "appended",
-            "checkpoint", "files");
+            "candidate_bits", "ooo_bit", "key", "ts", "arrival", "verdict", "place", "idle",
+            "appended", "checkpoint", "files");
     /** Members a spec may have beyond those: the arguments' names of a call by name. */
     static final Set<String> OPTIONAL = Set.of("columns");
 
@@ -117,6 +120,7 @@ public final class Substreams {
           read.text("ts"),
           read.text("arrival"),
           read.text("verdict"),
+          read.text("place"),
           read.textOrNull("idle"),
           List.copyOf(appended),
           read.text("checkpoint"),
@@ -140,7 +144,7 @@ public final class Substreams {
     Settings settings = Settings.parse(spec);
     StructType schema = staged.schema();
     Set<String> passed = new TreeSet<>(List.of(settings.key, settings.ts, settings.arrival,
-        settings.verdict));
+        settings.verdict, settings.place));
     if (settings.idle != null) {
       passed.add(settings.idle);
     }
@@ -160,7 +164,7 @@ public final class Substreams {
             named(settings.key).as("key"),
             named(settings.ts).as("ts"),
             coalesce(named(settings.arrival), lit(0L)).as("arrival"),
-            call_function(RowBytes.PLACE).as("seq"),
+            named(settings.place).as("seq"),
             named(settings.verdict).cast(DataTypes.LongType).as("verdict"),
             (settings.idle == null ? lit(REAL) : named(settings.idle))
                 .cast(DataTypes.LongType)
@@ -213,7 +217,9 @@ public final class Substreams {
     List<StructField> fields = new ArrayList<>();
     for (StructField field : input.fields()) {
       String name = field.name();
-      if (name.equals(settings.key) || name.equals(settings.arrival)) {
+      if (name.equals(settings.key)
+          || name.equals(settings.arrival)
+          || name.equals(settings.place)) {
         continue;
       }
       if (name.equals(settings.ts)) {
