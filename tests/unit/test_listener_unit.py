@@ -142,6 +142,34 @@ def test_internal_errors_are_logged_and_swallowed(rec: MetricsRecorder) -> None:
     assert rec.value("wmobs_input_rows_total", query="q") == 10
 
 
+def test_the_classic_bridge_swallows_an_event_it_cannot_read(rec: MetricsRecorder) -> None:
+    """PySpark's bridge reads each event from its Java object before wmobs' listener sees it;
+    where that fails (a JVM shutting down), the failure is logged and swallowed as well."""
+    from wmobs.listener._spark_listener import _FastJListener
+
+    class Gone:
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError("the JVM is gone")
+
+    listener = WmobsListener(rec.tracker, [rec.instruments])
+    bridge = _FastJListener(listener)
+    with capture_logs() as logs:
+        for callback in (
+            bridge.onQueryStarted,
+            bridge.onQueryProgress,
+            bridge.onQueryIdle,
+            bridge.onQueryTerminated,
+        ):
+            callback(Gone())
+    assert listener.errors == 4
+    assert [e["callback"] for e in logs] == [
+        "onQueryStarted",
+        "progress",
+        "onQueryIdle",
+        "onQueryTerminated",
+    ]
+
+
 def test_only_a_relative_path_is_qualified_and_only_by_a_classic_driver() -> None:
     """A URI, an absolute path and "" (a named query's checkpoint) are left alone without asking
     any JVM (here: no session at all); a Connect client's relative path too, for its server to

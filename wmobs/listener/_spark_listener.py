@@ -103,6 +103,25 @@ class _FastJListener(JStreamingQueryListener):
             return
         listener._progress(raw)
 
+    # PySpark's bridge builds each other event from its Java object, outside the listener's
+    # own guard: a failure there (a JVM shutting down) is logged and swallowed too.
+    def onQueryStarted(self, jevent: Any) -> None:
+        self._guarded("onQueryStarted", super().onQueryStarted, jevent)
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        self._guarded("onQueryIdle", super().onQueryIdle, jevent)
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        self._guarded("onQueryTerminated", super().onQueryTerminated, jevent)
+
+    def _guarded(self, callback: str, bridge: Callable[[Any], None], jevent: Any) -> None:
+        try:
+            bridge(jevent)
+        except Exception:
+            listener = self.pylistener
+            if isinstance(listener, WmobsListener):
+                listener._failed(callback)
+
 
 class WmobsListener(StreamingQueryListener):
     """Feeds query events into a :class:`~wmobs.listener.Tracker` and the histogram."""
@@ -246,30 +265,38 @@ class WmobsListener(StreamingQueryListener):
         (:mod:`wmobs._kept`), into their counters; a warning for a policy that kept none."""
         for policy in summary.unreported:
             try:
-                counts = recall(policy, query_id, name, summary.batch_id)
+                self._recall_one(query_id, name, summary, policy)
             except Exception:
                 self._failed("recall")
-                counts = None
-            if counts is not None:
-                self._tracker.on_recalled(query_id, policy, counts)
-                self._log.info(
-                    "wmobs.counts_recalled",
-                    query=summary.label,
-                    batch=summary.batch_id,
-                    policy=policy,
-                )
-                continue
-            self._log.warning(
-                "wmobs.counts_not_reported",
+
+    def _recall_one(
+        self, query_id: str, name: str | None, summary: BatchSummary, policy: str
+    ) -> None:
+        try:
+            counts = recall(policy, query_id, name, summary.batch_id)
+        except Exception:
+            self._failed("recall")
+            counts = None
+        if counts is not None:
+            self._tracker.on_recalled(query_id, policy, counts)
+            self._log.info(
+                "wmobs.counts_recalled",
                 query=summary.label,
                 batch=summary.batch_id,
                 policy=policy,
-                note="the first micro-batch of this run read no row though its sources moved: "
-                "a sink that had it already skipped it after a crash between its commit and "
-                "Spark's; its rows are in the sink or the dead letters, and their counts are not "
-                "in the counters: the Python engine kept none that this process can find "
-                "(the policy was applied in another Python process)",
             )
+            return
+        self._log.warning(
+            "wmobs.counts_not_reported",
+            query=summary.label,
+            batch=summary.batch_id,
+            policy=policy,
+            note="the first micro-batch of this run read no row though its sources moved: "
+            "a sink that had it already skipped it after a crash between its commit and "
+            "Spark's; its rows are in the sink or the dead letters, and their counts are not "
+            "in the counters: the Python engine kept none that this process can find "
+            "(the policy was applied in another Python process)",
+        )
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         try:

@@ -33,8 +33,13 @@ final class Hadoop {
           + "or name the query and set spark.sql.streaming.checkpointLocation.";
 
   /** Schemes of object stores: no atomic rename. */
+  /**
+   * Stores whose object appears only once it is written whole (one PUT). Not ABFS: its driver
+   * creates the file at once and appends to it, so a reader could see part of it; a temporary
+   * file and a rename there (atomic with a hierarchical namespace).
+   */
   private static final Set<String> OBJECT_STORES =
-      Set.of("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs", "az");
+      Set.of("s3", "s3a", "s3n", "gs", "gcs", "wasb", "wasbs", "az");
 
   private Hadoop() {}
 

@@ -40,8 +40,11 @@ final class KeyJudge implements Serializable {
   private final SubstreamRules rules;
   private final byte[] placeholder;
   private final Substreams.Legacy legacy;
-  /** The largest moved clock a synthetic row of this task carried (one copy per task). */
-  private transient long carried = SubstreamRules.NONE;
+  /**
+   * The largest moved clock a synthetic row of this task carried (one copy per task; set in
+   * {@link #check}, since a deserialized copy does not run field initializers).
+   */
+  private transient long carried;
   private transient boolean checked;
   /** How many of a key's rows are sorted on the heap ({@link KeyRows#heapRows}). */
   private transient int heapRows;
@@ -57,6 +60,7 @@ final class KeyJudge implements Serializable {
     if (!checked) {
       legacy.check();
       heapRows = KeyRows.heapRows();
+      carried = SubstreamRules.NONE;
       checked = true;
     }
   }
