@@ -269,6 +269,29 @@ def test_a_skipped_micro_batch_on_the_python_engine_is_recalled_or_said_not_coun
     assert listener.errors == 0
 
 
+@pytest.mark.parametrize(("ran", "suspect"), [(True, False), (False, True)])
+def test_a_query_found_running_at_attach_is_past_its_runs_first_micro_batch_if_it_ran_one(
+    rec: MetricsRecorder, ran: bool, suspect: bool
+) -> None:
+    """Attached to a query whose run has finished micro-batches, the next one heard is not
+    the first of its run, however few rows it read; attached before the first finished, the
+    first is still the one that may be a micro-batch run again."""
+    from wmobs.observations import rule_column
+
+    listener = WmobsListener(rec.tracker, [rec.instruments], logger=structlog.get_logger())
+    rec.tracker.on_seen("q-id", "run-1", "q", ran=ran)
+    observed = {"wmobs.policy.py": {"engine": "python", rule_column("late_arrival", "adjusted"): 0}}
+    progress = progress_json(batch_id=9, run_id="run-1", rows=0, observed=observed)
+    progress["id"] = "q-id"
+    source = progress["sources"][0]
+    source["startOffset"], source["endOffset"] = {"logOffset": 8}, {"logOffset": 9}
+    with capture_logs() as logs:
+        listener._progress(progress)
+        assert listener.join_recalls(30)
+    warned = [e for e in logs if e["event"] == "wmobs.counts_not_reported"]
+    assert bool(warned) is suspect
+
+
 def test_the_recorder_runs_events_through_the_listener_and_serves_them() -> None:
     """``MetricsRecorder.progress`` is the listener's callback (the histogram, the spans with a
     tracer provider, errors swallowed and counted); ``serve`` is the endpoint over HTTP."""

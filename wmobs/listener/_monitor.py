@@ -425,7 +425,8 @@ def attach(
         spark.streams.addListener(listener)
         # Queries already running: seen now, without undoing an event that raced us.
         for query in spark.streams.active:
-            tracker.on_seen(str(query.id), str(query.runId), query.name)
+            ran = query.lastProgress is not None
+            tracker.on_seen(str(query.id), str(query.runId), query.name, ran=ran)
     except BaseException:
         monitor.close()
         raise

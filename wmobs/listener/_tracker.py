@@ -90,11 +90,17 @@ class Tracker:
             self._started(snap)
             return snap
 
-    def on_seen(self, query_id: str, run_id: str | None, name: str | None) -> None:
-        """A query found running at attach: registered unless an event got there first."""
+    def on_seen(
+        self, query_id: str, run_id: str | None, name: str | None, *, ran: bool = False
+    ) -> None:
+        """A query found running at attach: registered unless an event got there first;
+        ``ran``: its run has finished a micro-batch already, so the next one heard is not the
+        first of its run (which alone may be a micro-batch run again after a crash)."""
         with self._lock:
             if query_id not in self._queries:
-                self._query(query_id, name).run_id = run_id
+                snap = self._query(query_id, name)
+                snap.run_id = run_id
+                snap.run_batches = 1 if ran else 0
 
     def on_progress(self, progress: Mapping[str, Any]) -> BatchSummary:
         """Fold one ``StreamingQueryProgress`` (as parsed JSON) into the query's snapshot."""

@@ -93,17 +93,18 @@ final class KeptCounts implements Serializable {
   }
 
   /**
-   * On the driver, for counts that counted no partition: the kept counts of the micro-batch
-   * running on this thread, if it is the first of its query run and its tasks left any; else
-   * null.
+   * On the driver, as each micro-batch's counts are evaluated: where the micro-batch running on
+   * this thread is the first of its query run (for this policy) and {@code countedNothing}, the
+   * kept counts of that micro-batch, if its tasks left any; else null (and nothing read).
    */
-  Observation.State recall(Observation observation) {
+  Observation.State recall(Observation observation, boolean countedNothing) {
     SparkContext context = SparkSession.active().sparkContext();
     String batch = context.getLocalProperty("streaming.sql.batchId");
     String description = context.getLocalProperty("spark.job.description");
     if (batch == null
         || description == null
-        || !STARTED.add(runOf(description) + "\n" + directory)) { // each policy's, once
+        || !STARTED.add(runOf(description) + "\n" + directory) // each policy's first, once
+        || !countedNothing) {
       return null;
     }
     Configuration hadoop = conf.value().value();

@@ -134,10 +134,11 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
 
   @Override
   public Object eval(Observation.State state) {
-    if (kept != null && state.partitions.isEmpty() && TaskContext.get() == null) {
-      // On the driver, counts of no partition: a micro-batch its sink skipped when it ran
-      // again after a crash reports the counts of the attempt the sink committed.
-      Observation.State recalled = kept.recall(observation);
+    if (kept != null && TaskContext.get() == null) {
+      // On the driver, counts of no partition in the first micro-batch of a query run: a
+      // micro-batch its sink skipped when it ran again after a crash reports the counts of the
+      // attempt the sink committed.
+      Observation.State recalled = kept.recall(observation, state.partitions.isEmpty());
       if (recalled != null) {
         return UTF8String.fromString(observation.finish(recalled));
       }
