@@ -32,11 +32,10 @@ final class Hadoop {
       "Pass the query's checkpointLocation to TimePolicy.apply(df, checkpoint_location=...), "
           + "or name the query and set spark.sql.streaming.checkpointLocation.";
 
-  /** Schemes of object stores: no atomic rename. */
   /**
-   * Stores whose object appears only once it is written whole (one PUT). Not ABFS: its driver
-   * creates the file at once and appends to it, so a reader could see part of it; a temporary
-   * file and a rename there (atomic with a hierarchical namespace).
+   * Schemes of object stores whose object appears only once it is written whole (one PUT). Not
+   * ABFS: its driver creates the file at once and appends to it, so a reader could see part of
+   * it; a temporary file and a rename there (atomic with a hierarchical namespace).
    */
   private static final Set<String> OBJECT_STORES =
       Set.of("s3", "s3a", "s3n", "gs", "gcs", "wasb", "wasbs", "az");

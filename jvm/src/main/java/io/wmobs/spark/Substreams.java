@@ -46,8 +46,9 @@ import org.apache.spark.sql.types.StructType;
  * its judge ({@link KeyJudge}), which puts them in arrival order, then their place before the
  * shuffle ({@link KeyRows}; the input partition, then the place in it: {@link RowBytes#PLACE},
  * computed before the shuffle, which hands a partition's rows over in an order that changes
- * between attempts, so that every attempt judges ties in arrival alike). A row's columns travel as one binary value ({@link RowBytes}), so the
- * judge sees six fields of it, never its columns. It judges each row against its key's
+ * between attempts, so that every attempt judges ties in arrival alike). A row's columns
+ * travel as one binary value ({@link RowBytes}), so the judge sees six fields of it, never its
+ * columns. It judges each row against its key's
  * watermark ({@link SubstreamRules.Sorted}, the rule both engines answer to the reference cases
  * with), and with an idle timeout or a TTL, Spark's processing-time timeouts (or timers) call
  * it again for a key without rows: its idle clock moves on ({@link IdleClock}) and a synthetic
@@ -57,9 +58,9 @@ import org.apache.spark.sql.types.StructType;
  * (null: none), {@code check_interval_ms} (how often an idle key's clock moves on), {@code
  * candidate_bits}, {@code ooo_bit}, the input's columns {@code key} (a long), {@code ts}, {@code
  * arrival}, {@code verdict}, {@code place} (a row's place before the shuffle) and {@code idle}
- * (null: no idle timeout), and {@code appended}: the names of the three columns the judge adds (a row's lateness, and its key's largest system
- * timestamp after the micro-batch twice, on its last row: the smallest and largest of them are
- * the batch's spread). The output: the input's columns without key, arrival and place, then
+ * (null: no idle timeout), and {@code appended}: the names of the three columns the judge adds
+ * (a row's lateness, and its key's largest system timestamp after the micro-batch twice, on its
+ * last row: the smallest and largest of them are the batch's spread). The output: the input's columns without key, arrival and place, then
  * those three.
  */
 public final class Substreams {
