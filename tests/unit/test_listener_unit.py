@@ -256,6 +256,9 @@ def test_a_skipped_micro_batch_on_the_python_engine_is_recalled_or_said_not_coun
         assert listener.join_recalls(30)
         listener._progress(moved(6, "run-2", engines))  # later: an empty file, not suspect
         listener._progress(moved(7, "run-2", engines, rows=4))
+        # A run whose first micro-batch was counted already (its progress came before Spark's
+        # commit): nothing of it is unreported.
+        listener._progress(moved(5, "run-3", engines))
         assert listener.join_recalls(30)
     warnings = [e for e in logs if e["event"] == "wmobs.counts_not_reported"]
     assert [(w["batch"], w["policy"], w["log_level"]) for w in warnings] == [(5, "py", "warning")]

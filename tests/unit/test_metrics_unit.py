@@ -641,3 +641,38 @@ def test_a_second_attach_on_one_session_warns() -> None:
     with capture_logs() as logs:
         wmobs.attach(session).close()  # the earlier ones closed: no warning
     assert [e for e in logs if e["log_level"] == "warning"] == []
+
+
+def test_a_monitor_attached_again_on_one_meter_provider_exports_again() -> None:
+    # OpenTelemetry's SDK hands back the instruments made before on a meter, with their
+    # callbacks: a tracker made after the first was closed must still be read.
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from wmobs.listener import Instruments, Tracker
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+
+    def input_rows() -> dict[str, float]:
+        data = reader.get_metrics_data()
+        return {
+            str(point.attributes["query"]): point.value
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == "wmobs.input.rows"
+            for point in metric.data.data_points
+        }
+
+    first = Tracker()
+    Instruments(first, provider).record_batch_duration("q", 1.0)
+    first.on_progress(progress_json(name="first", rows=3))
+    assert input_rows() == {"first": 3}
+    first.close()
+
+    second = Tracker()
+    Instruments(second, provider)
+    second.on_progress(progress_json(name="second", rows=5))
+    assert input_rows() == {"second": 5}  # the closed tracker's series end
+    provider.shutdown()

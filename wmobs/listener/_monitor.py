@@ -331,7 +331,9 @@ def attach(
       OTLP to ``otlp_endpoint`` (or the standard variables). Unset, on when the standard
       ``OTEL_TRACES_EXPORTER`` says ``otlp`` or ``console``; ``False``: never.
     - ``tracer_provider``: make those spans on the application's own provider instead (its
-      processors and exporters); implies ``traces``.
+      processors and exporters); implies ``traces``. The spans end on Spark's listener thread:
+      give that provider a ``BatchSpanProcessor`` (a ``SimpleSpanProcessor`` exports each span
+      there, as it ends).
     - ``logger``: a structlog-style logger to log with (default: wmobs' own, which goes to
       structlog if the application configured it, else to the standard library's ``wmobs``
       logger; wmobs never configures logging).

@@ -308,6 +308,9 @@ class WmobsListener(StreamingQueryListener):
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         try:
             snap = self._tracker.on_terminated(str(event.id), event.exception)
+            # Told once per run: a driver that runs many queries keeps no label for good.
+            self._warned_drops.discard(snap.label)
+            self._warned_heap.discard(snap.label)
             if self._tracer is not None:
                 self._tracer.on_terminated(str(event.runId))
             if event.exception:

@@ -63,6 +63,9 @@ class Tracker:
         self._queries: dict[str, QuerySnapshot] = {}  # by query id
         self._starts = 0
         self._closed = False
+        # When the first label may be forgotten (None: none), so that the listener's callbacks
+        # do not look through every query held to find none.
+        self._forget_at: float | None = None
 
     # ---- updates (listener thread) ---------------------------------------------------
 
@@ -172,7 +175,10 @@ class Tracker:
             unknown_columns=tuple(observed.unknown_columns),
             replayed=replayed,
             output_rows=output_rows(progress),
-            unreported=unreported(progress, observed, rows) if first_of_run else (),
+            # A micro-batch counted before has nothing left unreported.
+            unreported=(
+                unreported(progress, observed, rows) if first_of_run and not replayed else ()
+            ),
             policies=observed.policies,
             heap_state=heap_keyed_state(operators),
         )
@@ -198,6 +204,7 @@ class Tracker:
             snap = self._query(query_id, None)
             snap.active = False
             snap.terminated_at = self.clock()
+            self._forget_after(snap.terminated_at)
             snap.terminations[outcome] += 1
             snap.last_exception = exception
             return copy.deepcopy(snap)
@@ -207,6 +214,11 @@ class Tracker:
         with self._lock:
             self._closed = True
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     # ---- reads (collection thread) ---------------------------------------------------
 
     def _forget_terminated(self) -> None:
@@ -214,16 +226,26 @@ class Tracker:
         the lock held): a driver that runs many short queries (a notebook's, unnamed, each
         labelled by its id) would export their series for its whole life. A label goes whole,
         never one query of it: its counters never run backwards."""
-        if self.retention is None:
+        if self.retention is None or self._forget_at is None or self.clock() <= self._forget_at:
             return
         horizon = self.clock() - self.retention
+        self._forget_at = None
         for snaps in self._labels().values():
-            if all(
-                not s.active and s.terminated_at is not None and s.terminated_at < horizon
-                for s in snaps
-            ):
+            ended = [s.terminated_at for s in snaps if not s.active and s.terminated_at is not None]
+            if len(ended) < len(snaps):
+                continue  # a query of it runs: looked at again when that one terminates
+            if max(ended) < horizon:
                 for snap in snaps:
                     del self._queries[snap.query_id]
+            else:
+                self._forget_after(max(ended))
+
+    def _forget_after(self, terminated_at: float) -> None:
+        """A label whose last query terminated at ``terminated_at`` may be forgotten after
+        ``retention`` (call with the lock held)."""
+        if self.retention is not None:
+            due = terminated_at + self.retention
+            self._forget_at = due if self._forget_at is None else min(self._forget_at, due)
 
     def _labels(self) -> dict[str, list[QuerySnapshot]]:
         """The queries under each label (call with the lock held)."""

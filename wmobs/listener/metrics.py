@@ -98,9 +98,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter
+from opentelemetry.metrics import Histogram, Meter, MeterProvider, Observation, get_meter
 
 from wmobs._version import __version__
+from wmobs.listener._meters import MeterInstruments, instruments_on
 from wmobs.listener._snapshots import BATCH_DURATION_BUCKETS, QuerySnapshot
 from wmobs.listener._tracker import Tracker
 
@@ -388,39 +389,28 @@ OBSERVABLES: tuple[Observable, ...] = (
 class Instruments:
     """Creates every wmobs instrument on ``meter_provider`` (default: the global one).
 
-    Observable instruments read ``tracker`` when collected; only the batch-duration histogram
-    is recorded synchronously, by :meth:`record_batch_duration`.
+    Observable instruments read ``tracker`` when collected, until it is closed; only the
+    batch-duration histogram is recorded synchronously, by :meth:`record_batch_duration`. The
+    instruments are made once per meter and read every tracker given to it
+    (:mod:`wmobs.listener._meters`), so a monitor attached again on one provider exports again.
     """
 
     def __init__(self, tracker: Tracker, meter_provider: MeterProvider | None = None) -> None:
         self._tracker = tracker
         meter = get_meter("wmobs", __version__, meter_provider)
-        for spec in OBSERVABLES:
-            create = (
-                meter.create_observable_gauge
-                if spec.kind == "gauge"
-                else meter.create_observable_counter
-            )
-            create(
-                spec.name,
-                callbacks=[self._callback(spec.fn)],
-                unit=spec.unit,
-                description=spec.description,
-            )
-        self._batch_duration = meter.create_histogram(
-            "wmobs.batch.duration",
-            unit="s",
-            description=BATCH_DURATION_HELP,
-            explicit_bucket_boundaries_advisory=BATCH_DURATION_BUCKETS,
+        self._on_meter = instruments_on(
+            meter, lambda: MeterInstruments(meter, OBSERVABLES, _batch_duration)
         )
-
-    def _callback(self, fn: ObserveFn) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        tracker = self._tracker
-
-        def callback(options: CallbackOptions) -> list[Observation]:
-            return tracker.observe(fn)
-
-        return callback
+        self._on_meter.add(tracker)
 
     def record_batch_duration(self, label: str, seconds: float) -> None:
-        self._batch_duration.record(seconds, {"query": label})
+        self._on_meter.histogram.record(seconds, {"query": label})
+
+
+def _batch_duration(meter: Meter) -> Histogram:
+    return meter.create_histogram(
+        "wmobs.batch.duration",
+        unit="s",
+        description=BATCH_DURATION_HELP,
+        explicit_bucket_boundaries_advisory=BATCH_DURATION_BUCKETS,
+    )

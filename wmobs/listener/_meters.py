@@ -1,0 +1,88 @@
+"""wmobs' instruments on an OpenTelemetry meter: created once per meter, read by every monitor
+attached to it.
+
+OpenTelemetry's SDK hands back the meter it made before for the same name and version, and on
+a meter the instrument it made before under a name, with the callbacks it was made with. Made
+per monitor, a monitor closed and attached again on one meter provider (the application's, or
+the global one) would have its instruments read the closed monitor's tracker, and export
+nothing more. So each meter's instruments are made once, and their callbacks read every
+tracker attached to that meter that is not closed.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
+
+    from wmobs.listener._tracker import Tracker
+
+__all__ = ["MeterInstruments", "instruments_on"]
+
+_LOCK = threading.Lock()
+_BY_METER: weakref.WeakKeyDictionary[Any, MeterInstruments] = weakref.WeakKeyDictionary()
+
+
+class MeterInstruments:
+    """One meter's instruments: ``observables`` (each with ``name``, ``kind``, ``unit``,
+    ``description`` and ``fn``, what :meth:`Tracker.observe` applies), and the synchronous
+    histogram ``make_histogram`` makes."""
+
+    def __init__(
+        self,
+        meter: Meter,
+        observables: Sequence[Any],
+        make_histogram: Callable[[Meter], Histogram],
+    ) -> None:
+        self._lock = threading.Lock()
+        self._trackers: list[Tracker] = []
+        for spec in observables:
+            create = (
+                meter.create_observable_gauge
+                if spec.kind == "gauge"
+                else meter.create_observable_counter
+            )
+            create(
+                spec.name,
+                callbacks=[self._callback(spec.fn)],
+                unit=spec.unit,
+                description=spec.description,
+            )
+        self.histogram = make_histogram(meter)
+
+    def add(self, tracker: Tracker) -> None:
+        """Read ``tracker`` too, until it is closed."""
+        with self._lock:
+            self._trackers.append(tracker)
+
+    def trackers(self) -> list[Tracker]:
+        """The trackers read, in the order they came; closed ones are let go."""
+        with self._lock:
+            self._trackers = [t for t in self._trackers if not t.closed]
+            return list(self._trackers)
+
+    def _callback(self, fn: Any) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> list[Observation]:
+            out: list[Observation] = []
+            for tracker in self.trackers():
+                out.extend(tracker.observe(fn))
+            return out
+
+        return callback
+
+
+def instruments_on(meter: Meter, make: Callable[[], MeterInstruments]) -> MeterInstruments:
+    """``meter``'s instruments, made by ``make`` the first time (a meter that cannot be
+    remembered, not weakly referable, gets new ones each time)."""
+    with _LOCK:
+        try:
+            made = _BY_METER.get(meter)
+        except TypeError:
+            return make()
+        if made is None:
+            made = _BY_METER[meter] = make()
+        return made
