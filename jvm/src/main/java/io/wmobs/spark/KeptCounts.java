@@ -8,8 +8,10 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.SparkContext;
@@ -28,8 +30,9 @@ import org.apache.spark.util.SerializableConfiguration;
  * restart Spark runs N again, and a sink that has N already (the file sink, Delta's, a {@code
  * foreachBatch} that skips batches it has seen) skips it without running the plan, which then
  * counts nothing. So each task that counted rows writes its counts, at its end, to {@code
- * <checkpoint>/<directory>/part-<partition>} (the micro-batch's id first; one small file per
- * task, replaced by the next micro-batch's, and by a retried task's, which counts the same rows).
+ * <checkpoint>/<directory>/part-<partition>} (the micro-batch's id, {@link #FORMAT} and the
+ * counts' layout first; one small file per task, replaced by the next micro-batch's, and by a
+ * retried task's, which counts the same rows).
  * On the driver, where Spark evaluates the counts after its commit, a micro-batch that counted no
  * partition and is the first of its query run (the only one that can be a micro-batch run
  * again) reads the files of its own id back: the counts of the attempt that the sink committed.
@@ -39,8 +42,31 @@ import org.apache.spark.util.SerializableConfiguration;
 final class KeptCounts implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final String PREFIX = "part-";
-  /** Query runs (and policies) whose first micro-batch has been evaluated on this driver. */
-  private static final Set<String> STARTED = ConcurrentHashMap.newKeySet();
+  private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(KeptCounts.class);
+  /** The kept files' format ("wmk1"), after the micro-batch's id. */
+  static final int FORMAT = 0x776d6b31;
+  /** The bytes before the counts: the id, the format and the layout. */
+  private static final int HEADER = 8 + 4 + 8;
+  /** How many query runs (and policies) {@link #STARTED} remembers. */
+  static final int REMEMBERED = 4096;
+
+  /**
+   * Query runs (and policies) whose first micro-batch has been evaluated on this driver: the
+   * {@link #REMEMBERED} most recent, so that a driver that starts queries for months holds a
+   * bounded set. A run forgotten while it still runs lists its folder again, for a micro-batch
+   * that counted nothing, and finds no file of that micro-batch's id.
+   */
+  private static final Set<String> STARTED =
+      Collections.newSetFromMap(
+          Collections.synchronizedMap(
+              new LinkedHashMap<String, Boolean>() {
+                private static final long serialVersionUID = 1L;
+
+                @Override
+                protected boolean removeEldestEntry(Map.Entry<String, Boolean> eldest) {
+                  return size() > REMEMBERED;
+                }
+              }));
 
   private final Hadoop.Checkpoint checkpoint;
   private final String directory;
@@ -83,7 +109,7 @@ final class KeptCounts implements Serializable {
               try {
                 Hadoop.writeOnce(
                     target,
-                    framed(Long.parseLong(batch), observation.serialize(state)),
+                    framed(Long.parseLong(batch), observation, state),
                     conf.value().value());
               } catch (IOException e) {
                 throw new UncheckedIOException(
@@ -98,12 +124,18 @@ final class KeptCounts implements Serializable {
    * kept counts of that micro-batch, if its tasks left any; else null (and nothing read).
    */
   Observation.State recall(Observation observation, boolean countedNothing) {
-    SparkContext context = SparkSession.active().sparkContext();
+    // Spark evaluates observed counts elsewhere too (a listener reading a query execution's):
+    // only a micro-batch's thread has a session and a batch id.
+    scala.Option<SparkSession> session = SparkSession.getActiveSession();
+    if (session.isEmpty()) {
+      return null;
+    }
+    SparkContext context = session.get().sparkContext();
     String batch = context.getLocalProperty("streaming.sql.batchId");
     String description = context.getLocalProperty("spark.job.description");
     if (batch == null
         || description == null
-        || !STARTED.add(runOf(description) + "\n" + directory) // each policy's first, once
+        || !first(runOf(description) + "\n" + directory) // each policy's first, once
         || !countedNothing) {
       return null;
     }
@@ -111,6 +143,7 @@ final class KeptCounts implements Serializable {
     Path folder = new Path(checkpoint.onThisThread() + "/" + directory);
     long id = Long.parseLong(batch);
     Observation.State merged = null;
+    long layout = observation.layout();
     try {
       for (Hadoop.Entry entry : Hadoop.list(folder, hadoop)) {
         if (!entry.name().startsWith(PREFIX)) {
@@ -121,7 +154,19 @@ final class KeptCounts implements Serializable {
         if (in.readLong() != id) {
           continue; // another micro-batch's
         }
-        Observation.State counts = observation.deserialize(Arrays.copyOfRange(bytes, 8, bytes.length));
+        if (bytes.length < HEADER || in.readInt() != FORMAT || in.readLong() != layout) {
+          // Kept by a policy that counted otherwise (changed in the restart) or by another
+          // version of wmobs: what its counts mean is not known here.
+          LOG.warn(
+              "wmobs: the counts of batch {} kept in {} were counted by another policy or"
+                  + " version of wmobs and are not reported: {}",
+              batch,
+              folder,
+              entry.name());
+          continue;
+        }
+        Observation.State counts =
+            observation.deserialize(Arrays.copyOfRange(bytes, HEADER, bytes.length));
         merged = merged == null ? counts : observation.merge(merged, counts);
       }
     } catch (IOException e) {
@@ -129,6 +174,11 @@ final class KeptCounts implements Serializable {
           "wmobs: could not read the kept counts of batch " + batch + " in " + folder, e);
     }
     return merged;
+  }
+
+  /** Whether this is the first time {@code run} (a query run and policy) is asked about. */
+  static boolean first(String run) {
+    return STARTED.add(run);
   }
 
   /** The query run of a micro-batch's job description ("name\nid = ...\nrunId = ...\n..."). */
@@ -141,10 +191,15 @@ final class KeptCounts implements Serializable {
     return description;
   }
 
-  private static byte[] framed(long batch, byte[] counts) throws IOException {
-    ByteArrayOutputStream bytes = new ByteArrayOutputStream(counts.length + 8);
+  /** A kept file: the micro-batch's id, {@link #FORMAT}, the counts' layout, the counts. */
+  static byte[] framed(long batch, Observation observation, Observation.State state)
+      throws IOException {
+    byte[] counts = observation.serialize(state);
+    ByteArrayOutputStream bytes = new ByteArrayOutputStream(counts.length + HEADER);
     try (DataOutputStream out = new DataOutputStream(bytes)) {
       out.writeLong(batch);
+      out.writeInt(FORMAT);
+      out.writeLong(observation.layout());
       out.write(counts);
     }
     return bytes.toByteArray();

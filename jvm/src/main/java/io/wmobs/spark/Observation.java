@@ -422,6 +422,20 @@ public final class Observation implements Serializable {
     return columns.toString();
   }
 
+  /**
+   * What the bytes of a state mean ({@link #serialize}): a fingerprint of the counts' columns,
+   * the bounds and what is observed, which a spec that counts otherwise does not share.
+   */
+  long layout() {
+    String layout =
+        String.join(",", countColumns) + Arrays.toString(countBits) + bucketsColumn
+            + Arrays.toString(first) + Arrays.toString(second) + sumColumns.length + queueColumn
+            + Arrays.toString(queueBounds) + (spreadColumn != null);
+    return java.util.UUID.nameUUIDFromBytes(
+            layout.getBytes(java.nio.charset.StandardCharsets.UTF_8))
+        .getMostSignificantBits();
+  }
+
   /** A task's state as bytes, for the driver to merge ({@link ObservationBytes}). */
   byte[] serialize(State state) {
     return ObservationBytes.write(state);

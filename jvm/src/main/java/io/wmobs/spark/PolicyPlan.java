@@ -8,7 +8,6 @@ import static org.apache.spark.sql.functions.timestamp_micros;
 import static org.apache.spark.sql.functions.try_to_timestamp;
 import static org.apache.spark.sql.functions.unix_micros;
 import static org.apache.spark.sql.functions.when;
-import static org.apache.spark.sql.functions.xxhash64;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import java.util.ArrayList;
@@ -165,8 +164,7 @@ final class PolicyPlan {
 
   /** The arrival policies, then out of order per key in Spark's state store. */
   private static Dataset<Row> substreams(Dataset<Row> df, PolicyOptions options) {
-    Column[] keys = options.substreamBy().stream().map(PolicyPlan::named).toArray(Column[]::new);
-    Dataset<Row> keyed = df.withColumn(KEY, xxhash64(keys));
+    Dataset<Row> keyed = df.withColumn(KEY, Substreams.key(options.substreamBy()));
     if (idle(options)) {
       keyed = keyed.withColumn(IDLE, lit(REAL));
     }

@@ -91,7 +91,10 @@ public final class RowBytes {
       this.struct = struct;
     }
 
-    /** The bytes of {@code row}, a value of the struct (a copy of their own). */
+    /**
+     * The bytes of {@code row}, a value of the struct (those of a projection's reused buffer
+     * where it was not one already: the caller copies them at once, as Spark's row writer does).
+     */
     public byte[] bytes(InternalRow row) {
       if (row instanceof UnsafeRow unsafe) {
         return unsafe.getBytes();
@@ -213,7 +216,8 @@ public final class RowBytes {
    */
   public static final class Place extends WmobsExpression implements Serializable {
     private static final long serialVersionUID = 1L;
-    private transient long taskAttempt = -1;
+    /** The task attempt counted for, plus one: 0, as a deserialized copy has it, is none. */
+    private transient long counting;
     private transient long next;
 
     Place() {}
@@ -222,8 +226,8 @@ public final class RowBytes {
     public Object eval(InternalRow input) {
       org.apache.spark.TaskContext task = org.apache.spark.TaskContext.get();
       long attempt = task == null ? 0 : task.taskAttemptId();
-      if (attempt != taskAttempt) {
-        taskAttempt = attempt;
+      if (attempt + 1 != counting) {
+        counting = attempt + 1;
         next = task == null ? 0 : ((long) task.partitionId()) << 33;
       }
       return next++;

@@ -5,6 +5,8 @@ import static org.apache.spark.sql.functions.coalesce;
 import static org.apache.spark.sql.functions.col;
 import static org.apache.spark.sql.functions.lit;
 import static org.apache.spark.sql.functions.struct;
+import static org.apache.spark.sql.functions.when;
+import static org.apache.spark.sql.functions.xxhash64;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.wmobs.spark.SubstreamBeans.In;
@@ -205,6 +207,23 @@ public final class Substreams {
       output.add(value.as(name));
     }
     return judged.select(output.toArray(new Column[0]));
+  }
+
+  /**
+   * A row's key: the hash of its key columns and, where some are null, which ones (Spark's
+   * hash skips a null, so {@code (7, null)} and {@code (null, 7)} would share a key). A key
+   * without nulls hashes as its columns alone, as before that was added.
+   */
+  static Column key(List<String> columns) {
+    Column nulls = lit(0L);
+    List<Column> hashed = new ArrayList<>();
+    for (int i = 0; i < columns.size(); i++) {
+      Column column = named(columns.get(i));
+      hashed.add(column);
+      nulls = nulls.plus(when(column.isNull(), lit(1L << Math.min(i, 62))).otherwise(lit(0L)));
+    }
+    hashed.add(when(nulls.notEqual(lit(0L)), nulls));
+    return xxhash64(hashed.toArray(new Column[0]));
   }
 
   /** The judge's output fields for the appended columns, in order. */

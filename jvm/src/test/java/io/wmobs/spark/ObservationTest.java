@@ -11,7 +11,7 @@ import org.junit.jupiter.api.Test;
 class ObservationTest {
   private static final ObjectMapper JSON = new ObjectMapper();
 
-  private static Observation observation() throws Exception {
+  static Observation observation() throws Exception {
     JsonNode buckets = ReferenceTest.load("histogram_buckets.json");
     String spec =
         "{\"counts\": [[\"rule:early_arrival:dropped\", 4], [\"rule:out_of_order:adjusted\", 32]],"
