@@ -106,7 +106,12 @@ def test_the_worked_example_from_sql_global_and_per_key(spark: Any, tmp_path: Pa
     for key, value in settings.items():
         spark.conf.set(f"spark.wmobs.sql.{key}", value)
     try:
-        kept, snap, progress = _run(spark, rewritten, "sql_keys_out", tmp_path / "ckpt-keys")
+        # Through a view, which Spark analyses under the settings of its own it captured, not
+        # the session's: the policy still takes the session's spark.wmobs.sql.* settings.
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW worked_judged AS {rewritten}")
+        kept, snap, progress = _run(
+            spark, "SELECT * FROM worked_judged", "sql_keys_out", tmp_path / "ckpt-keys"
+        )
     finally:
         for key in settings:
             spark.conf.unset(f"spark.wmobs.sql.{key}")

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from wmobs._spark import qualified_path
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
-from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction
+from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction, check_input_columns
 from wmobs.policy._deadletter_plan import DeadLetterPlan, choose_plan
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._engine import check_requested, choose, planned_in_pipeline
@@ -85,6 +85,15 @@ _names = itertools.count()
 # A policy's name is a folder of the checkpoint and part of its dead-letter files' names
 # (part-<partition>-<name>-<query id>.<format>), which must fit a file system's 255 bytes.
 MAX_NAME = 128
+
+
+def _spelled(df: DataFrame, column: str, names: list[str]) -> str | None:
+    """``column`` as ``names`` spell it where Spark resolves names without case, else None."""
+    found = [n for n in names if n.lower() == column.lower()]
+    if not found:
+        return None
+    sensitive = df.sparkSession.conf.get("spark.sql.caseSensitive", "false")
+    return None if str(sensitive).lower() == "true" else found[0]
 
 
 def _session_checkpoint_root(df: DataFrame) -> str | None:
@@ -291,8 +300,11 @@ class TimePolicy:
         schema = df.schema  # once: over Spark Connect each read is a round trip to the server
         arrival_time = self.arrival_time
         if isinstance(arrival_time, _DefaultColumn) and arrival_time not in schema.names:
-            arrival_time = None  # the default, and no such column: the micro-batch's time
-        self._check_columns(df, schema, arrival_time)
+            # The default, and no such column: the micro-batch's time; where Spark resolves
+            # names without case (its default), a column spelled otherwise (a catalog that keeps
+            # names in lower case) is it.
+            arrival_time = _spelled(df, arrival_time, schema.names)
+        self._check_columns(df, schema, arrival_time, dead_letters=sink is not None)
         idle = self.tolerances.idle_timeout_us is not None
         engine = choose(df.sparkSession, self.engine)
         engine.check_apply(
@@ -349,7 +361,9 @@ class TimePolicy:
 
     # ---- validation -----------------------------------------------------------------------
 
-    def _check_columns(self, df: DataFrame, schema: StructType, arrival_time: str | None) -> None:
+    def _check_columns(
+        self, df: DataFrame, schema: StructType, arrival_time: str | None, *, dead_letters: bool
+    ) -> None:
         from pyspark.sql.types import (
             FractionalType,
             IntegralType,
@@ -403,6 +417,8 @@ class TimePolicy:
             raise ValueError(
                 f"apply: column {clashes[0]!r} has a name wmobs uses inside the policy; rename it"
             )
+        if dead_letters:
+            check_input_columns(fields)
 
 
 def _nested_hint(column: str, fields: Mapping[str, Any]) -> str:

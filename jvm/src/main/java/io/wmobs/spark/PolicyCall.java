@@ -105,6 +105,11 @@ public final class PolicyCall extends PlannedCall implements Serializable {
 
   @Override
   LogicalPlan plan(SparkSession spark, LogicalPlan child, List<Attribute> output) {
+    if (!child.isStreaming()) { // a materialized view's flow, or spark.read in a pipeline
+      throw new IllegalArgumentException(
+          "apply: expected a streaming DataFrame (spark.readStream...); in a pipeline, read"
+              + " the input with spark.readStream in a streaming table or an append flow");
+    }
     StructType struct = input();
     List<NamedExpression> columns = new ArrayList<>();
     for (int i = 0; i < struct.fields().length; i++) {
@@ -112,8 +117,12 @@ public final class PolicyCall extends PlannedCall implements Serializable {
       columns.add(Scala.alias(new GetStructField(row, i, Option.apply(name)), name, null));
     }
     LogicalPlan input = new Project(Scala.seq(columns), child);
-    PolicyOptions policy =
-        PolicyOptions.of(given(), new java.util.HashSet<>(List.of(struct.fieldNames())));
+    Map<String, Object> given = given();
+    List<String> names = List.of(struct.fieldNames());
+    if (!org.apache.spark.sql.internal.SQLConf.get().caseSensitiveAnalysis()) {
+      PolicyInput.spellAsTheInput(given, names);
+    }
+    PolicyOptions policy = PolicyOptions.of(given, new java.util.HashSet<>(names));
     return as(Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy)), output);
   }
 }

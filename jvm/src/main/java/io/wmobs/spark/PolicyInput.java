@@ -1,6 +1,8 @@
 package io.wmobs.spark;
 
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.MapType;
@@ -17,6 +19,43 @@ import org.apache.spark.sql.types.TimestampType;
  */
 final class PolicyInput {
   private PolicyInput() {}
+
+  /**
+   * Where Spark resolves names without regard to case (its default, {@code
+   * spark.sql.caseSensitive=false}), the options' columns as the input spells them: {@code
+   * TIMESTAMP BY eventtime} reads the column {@code EventTime}, and an input whose catalog
+   * keeps names in lower case has its {@code arrivaltime} taken for {@code arrival_time}'s
+   * default. A name the input lacks in any case is left for {@link #check}'s error.
+   */
+  static void spellAsTheInput(Map<String, Object> options, List<String> names) {
+    for (String key : List.of("event_time", "arrival_time")) {
+      Object given = options.containsKey(key) ? options.get(key) : PolicyOptions.DEFAULTS.get(key);
+      if (given instanceof String column && !names.contains(column)) {
+        String spelled = spelled(column, names);
+        if (spelled != null) {
+          options.put(key, spelled);
+        }
+      }
+    }
+    if (options.get("substream_by") instanceof String keys) {
+      List<String> spelled = new ArrayList<>();
+      for (String key : keys.split(",")) {
+        String name = key.strip();
+        String found = names.contains(name) ? name : spelled(name, names);
+        spelled.add(found == null ? name : found);
+      }
+      options.put("substream_by", String.join(",", spelled));
+    }
+  }
+
+  private static String spelled(String column, List<String> names) {
+    for (String name : names) {
+      if (name.equalsIgnoreCase(column)) {
+        return name;
+      }
+    }
+    return null;
+  }
 
   /** The input's columns as the options need them, each error naming the argument. */
   static void check(StructType schema, PolicyOptions options) {
@@ -40,6 +79,15 @@ final class PolicyInput {
     if (names.contains(PolicyPlan.SYSTEM_TIMESTAMP)) {
       throw new IllegalArgumentException(
           "wmobs_time_policy: the input already has a 'system_timestamp' column");
+    }
+    for (String added : List.of(DeadLetterWriter.RULE, DeadLetterWriter.POLICY,
+        DeadLetterWriter.BATCH)) {
+      if (options.deadLetter() != null && names.contains(added)) {
+        throw new IllegalArgumentException(
+            "dead_letter: column '" + added + "' is one that dead letters add (the rule, policy"
+                + " and micro-batch of a dropped row): rename or drop it (rows read back from"
+                + " dead letters?), or the dead letters would hold it twice");
+      }
     }
     for (String name : names) {
       if (PolicyPlan.INTERNAL.contains(name)) {

@@ -85,24 +85,56 @@ final class PolicyTable {
               + " in a pipeline TABLE(SELECT * FROM STREAM <table>)");
     }
     SparkSession spark = SparkSession.active();
-    Set<String> columns = new java.util.HashSet<>(List.of(input.schema().fieldNames()));
+    List<String> names = List.of(input.schema().fieldNames());
+    Object by = options.containsKey("substream_by") ? options.get("substream_by")
+        : settings.get("substream_by");
+    if (by == null) { // the session's per-key options are for the policies that have keys
+      settings.remove("substream_ttl");
+      settings.remove("substream_skew");
+    }
+    Set<String> fromSession = new java.util.HashSet<>(settings.keySet());
+    fromSession.removeAll(options.keySet());
     settings.putAll(options); // a call's own options before the session's
-    PolicyOptions policy = PolicyOptions.of(settings, columns);
+    if (!SQLConf.get().caseSensitiveAnalysis()) {
+      PolicyInput.spellAsTheInput(settings, names);
+    }
+    PolicyOptions policy;
+    try {
+      policy = PolicyOptions.of(settings, new java.util.HashSet<>(names));
+    } catch (IllegalArgumentException e) {
+      String option = e.getMessage().split(":", 2)[0];
+      if (fromSession.contains(option)) { // the session's setting, not the call's argument
+        throw new IllegalArgumentException(SETTINGS + e.getMessage(), e);
+      }
+      throw e;
+    }
     return Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy));
   }
 
-  /** The session's {@code spark.wmobs.sql.*} settings, by name. */
+  /**
+   * The session's {@code spark.wmobs.sql.*} settings, by name: the session's own, and over them
+   * those of the configuration Spark analyses under (a pipeline's flow has its file's {@code
+   * SET}s there; a view, only the settings of Spark's own that it captured when made).
+   */
   private static Map<String, String> sessionSettings() {
     Map<String, String> found = new java.util.TreeMap<>();
+    scala.Option<SparkSession> session = SparkSession.getActiveSession();
+    if (session.isDefined()) {
+      collect(session.get().sessionState().conf(), found);
+    }
+    collect(SQLConf.get(), found);
+    return found;
+  }
+
+  private static void collect(SQLConf conf, Map<String, String> found) {
     scala.collection.Iterator<scala.Tuple2<String, String>> all =
-        SQLConf.get().getAllConfs().iterator();
+        conf.getAllConfs().iterator();
     while (all.hasNext()) {
       scala.Tuple2<String, String> setting = all.next();
       if (setting._1().startsWith(SETTINGS)) {
         found.put(setting._1(), setting._2());
       }
     }
-    return found;
   }
 
   /**
@@ -114,7 +146,7 @@ final class PolicyTable {
     Map<String, Object> options = new LinkedHashMap<>();
     for (Map.Entry<String, String> setting : given.entrySet()) {
       String key = setting.getKey().substring(SETTINGS.length()).toLowerCase(Locale.ROOT);
-      String value = setting.getValue().trim();
+      String value = unquoted(setting.getValue().trim());
       if (!PolicyOptions.DEFAULTS.containsKey(key) || PER_QUERY.contains(key)) {
         List<String> known = new java.util.ArrayList<>(PolicyOptions.DEFAULTS.keySet());
         known.removeAll(PER_QUERY);
@@ -129,11 +161,26 @@ final class PolicyTable {
               setting.getKey() + ": must be true or false, got '" + value + "'");
         }
         options.put(key, Boolean.parseBoolean(value.toLowerCase(Locale.ROOT)));
+      } else if (value.equalsIgnoreCase("null")) {
+        options.put(key, null); // as the option's NULL: the rule off, the micro-batch's time
       } else {
         options.put(key, value);
       }
     }
     return options;
+  }
+
+  /**
+   * A setting's value without one pair of quotes around it: Spark's {@code SET key = value}
+   * keeps them ({@code SET spark.wmobs.sql.late_arrival = '5 minutes'}).
+   */
+  static String unquoted(String value) {
+    if (value.length() >= 2
+        && (value.charAt(0) == '\'' || value.charAt(0) == '"')
+        && value.charAt(value.length() - 1) == value.charAt(0)) {
+      return value.substring(1, value.length() - 1).trim();
+    }
+    return value;
   }
 
   /** An option's value: a constant string, boolean, null, or an array of strings. */

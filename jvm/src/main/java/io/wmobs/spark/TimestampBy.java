@@ -95,6 +95,7 @@ public final class TimestampBy {
     StringBuilder out = new StringBuilder();
     int copied = 0; // the end of the text copied so far
     boolean any = false;
+    Set<String> named = new java.util.HashSet<>(); // each input's policy has a name of its own
     for (int at = 0; at + 1 < tokens.size(); at++) {
       if (!tokens.get(at).is("TIMESTAMP") || !tokens.get(at + 1).is("BY")) {
         continue;
@@ -102,6 +103,16 @@ public final class TimestampBy {
       Clause clause = Clause.read(sql, tokens, at);
       if (clause.start < copied) {
         throw error("TIMESTAMP BY follows TIMESTAMP BY", sql, tokens.get(at));
+      }
+      String name = clause.policyName();
+      if (!named.add(name == null ? "" : name.toLowerCase(Locale.ROOT))) {
+        throw error(
+            name == null
+                ? "two inputs with TIMESTAMP BY have no name; give each subquery an alias"
+                : "two inputs with TIMESTAMP BY are named '" + name + "', which names their"
+                    + " policies; give each an alias (FROM db1.events AS a TIMESTAMP BY ...)",
+            sql,
+            tokens.get(at));
       }
       out.append(sql, copied, clause.start).append(clause.call());
       copied = clause.end;
@@ -223,6 +234,11 @@ public final class TimestampBy {
           keys);
     }
 
+    /** The policy's name: the input's alias, or its table's name (null: neither). */
+    String policyName() {
+      return alias == null ? null : alias.replace("`", "").replaceAll("[^A-Za-z0-9_.-]", "_");
+    }
+
     /** The call that stands for the clause. */
     String call() {
       StringBuilder call = new StringBuilder(PolicyTable.NAME).append("(TABLE(");
@@ -243,8 +259,7 @@ public final class TimestampBy {
         call.append(", substream_by => ").append(literal(String.join(", ", keys)));
       }
       if (alias != null) { // the input's name names the policy: one per input of a query
-        String name = alias.replace("`", "").replaceAll("[^A-Za-z0-9_.-]", "_");
-        call.append(", name => ").append(literal(name));
+        call.append(", name => ").append(literal(policyName()));
       }
       call.append(")");
       return alias == null ? call.toString() : call.append(" AS ").append(alias).toString();

@@ -89,6 +89,31 @@ class TimestampByTest {
   }
 
   @Test
+  void aSettingsQuotesAreNotItsValueAndItsNullTurnsTheOptionOff() {
+    Map<String, String> given = new TreeMap<>();
+    given.put("spark.wmobs.sql.late_arrival", "'5 minutes'"); // SET keeps the quotes
+    given.put("spark.wmobs.sql.out_of_order", " \"1 minute\" ");
+    given.put("spark.wmobs.sql.early_arrival", "NULL");
+    Map<String, Object> options = PolicyTable.settings(given);
+    assertEquals("5 minutes", options.get("late_arrival"));
+    assertEquals("1 minute", options.get("out_of_order"));
+    assertTrue(options.containsKey("early_arrival"));
+    assertNull(options.get("early_arrival"));
+    assertNull(PolicyOptions.of(options, Set.of("EventTime")).earlyArrivalUs());
+  }
+
+  @Test
+  void columnsAreFoundWhateverTheirCaseWhereSparkIgnoresIt() {
+    Map<String, Object> options = new TreeMap<>();
+    options.put("event_time", "eventtime");
+    options.put("substream_by", "deviceid, site");
+    PolicyInput.spellAsTheInput(options, java.util.List.of("EventTime", "arrivaltime", "DeviceId"));
+    assertEquals("EventTime", options.get("event_time"));
+    assertEquals("arrivaltime", options.get("arrival_time")); // the default, as the input has it
+    assertEquals("DeviceId,site", options.get("substream_by")); // 'site' left for the error
+  }
+
+  @Test
   void wordsInStringsAndCommentsAreLeftAlone() {
     assertNull(
         rewrite("SELECT 'FROM x TIMESTAMP BY y' -- TIMESTAMP BY z\n FROM t /* TIMESTAMP BY */"));
@@ -107,6 +132,14 @@ class TimestampByTest {
           {"SELECT * FROM t TIMESTAMP BY", "names no event time"},
           {"SELECT * FROM t TIMESTAMP BY x OVER", "OVER names no key column"},
           {"SELECT * FROM t a b TIMESTAMP BY x", "follows more than a table"},
+          {
+            "SELECT * FROM db1.events TIMESTAMP BY t JOIN db2.events TIMESTAMP BY t ON 1 = 1",
+            "two inputs with TIMESTAMP BY are named 'events'"
+          },
+          {
+            "SELECT * FROM (SELECT * FROM a) TIMESTAMP BY t JOIN (SELECT * FROM b) TIMESTAMP BY t",
+            "two inputs with TIMESTAMP BY have no name"
+          },
         }) {
       IllegalArgumentException error =
           assertThrows(IllegalArgumentException.class, () -> rewrite(bad[0]), bad[0]);
