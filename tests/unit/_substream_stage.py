@@ -17,9 +17,13 @@ from wmobs.policy._verdicts import HEARTBEAT, REAL
 
 class SubstreamStage:
     """The real substreams ``mapInArrow`` stage, run without a JVM: state files in
-    ``directory``, a controlled clock and micro-batch id. Columns k, ts, arrival, v (verdict
-    bit 1 drops, out of order is 32) and idle; no tolerance, adjusting; ``options`` overrides
-    the :class:`wmobs.policy._python._substream_judge.SubstreamConfig`."""
+    ``directory``, a controlled micro-batch time (``now``, unix seconds, in each row's batch
+    time column, as Spark's batch timestamp) and micro-batch id. Columns k, ts, arrival, v
+    (verdict bit 1 drops, out of order is 32), idle and t (the batch time); no tolerance,
+    adjusting; ``options`` overrides the
+    :class:`wmobs.policy._python._substream_judge.SubstreamConfig`. The stage's own clock
+    reads a wall clock far ahead of every batch time: a stage that read it would forget every
+    key with a TTL at once."""
 
     def __init__(
         self, directory: Path | str, storage: Storage | None = None, **options: Any
@@ -28,14 +32,14 @@ class SubstreamStage:
         self.batch = 0
         defaults = {"tolerance_us": 0, "drop": False, "candidate_bits": 1, "ooo_bit": 32}
         config = SubstreamConfig(**(defaults | options))
-        columns = Columns("k", "ts", "arrival", "v", "idle", ("ts", "v", "idle"))
+        columns = Columns("k", "ts", "arrival", "v", "idle", ("ts", "v", "idle"), batch_time="t")
         self.stage = substream_stage(
             config,
             columns,
             checkpoint=str(directory),
             directory="state",
             storage=storage,
-            clock=lambda: self.now,
+            clock=lambda: self.now + 10**9,
             batch_id=lambda: self.batch,
         )
         self.store = StateStore(f"{str(directory).rstrip('/')}/state", storage)
@@ -54,6 +58,7 @@ class SubstreamStage:
                 "arrival": pa.array(range(len(rows) + len(beats)), pa.int64()),
                 "v": pa.array([0] * (len(rows) + len(beats)), pa.int64()),
                 "idle": pa.array([REAL] * len(rows) + [HEARTBEAT] * len(beats), pa.int64()),
+                "t": pa.array([int(self.now * 1000)] * (len(rows) + len(beats)), pa.int64()),
             }
         )
         out = [row for part in self.stage(iter([batch])) for row in part.to_pylist()]

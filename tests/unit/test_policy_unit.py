@@ -223,3 +223,53 @@ def test_the_helpers_keep_what_spark_defaults_conf_configures(
     assert own["spark.sql.extensions"] == f"x.Ext,{EXTENSIONS}"
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))  # no file: nothing to keep
     assert spark_defaults() == {}
+
+
+def test_json_dead_letters_keep_every_value_exact() -> None:
+    """pandas' JSON would turn a long column with a null into doubles, cut doubles to ten
+    digits, timestamps to the millisecond and NaN to null."""
+    import datetime
+    import decimal
+    import json
+
+    import pyarrow as pa
+
+    from wmobs.policy._deadletter import json_lines
+
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.timezone.utc)
+    table = pa.table(
+        {
+            "id": pa.array([9007199254740993, None], pa.int64()),
+            "x": pa.array([1.23456789012e-5, float("nan")], pa.float64()),
+            "at": pa.array([when, None], pa.timestamp("us", tz="UTC")),
+            "price": pa.array(
+                [decimal.Decimal("12345678901234567.89"), None], pa.decimal128(19, 2)
+            ),
+            "raw": pa.array([b"\xff\x00", None], pa.binary()),
+            "text": pa.array(["é", None], pa.string()),
+        }
+    )
+    first, second = [json.loads(line) for line in json_lines(table).decode().splitlines()]
+    assert first["id"] == 9007199254740993 and isinstance(first["id"], int)
+    assert first["x"] == 1.23456789012e-5
+    assert second["x"] != second["x"]  # NaN, not null
+    assert datetime.datetime.fromisoformat(first["at"]) == when
+    assert first["price"] == "12345678901234567.89"
+    assert first["raw"] == "/wA="
+    assert first["text"] == "é"
+    assert second == {
+        "id": None,
+        "x": second["x"],
+        "at": None,
+        "price": None,
+        "raw": None,
+        "text": None,
+    }
+
+
+def test_an_input_with_the_columns_dead_letters_add_is_refused() -> None:
+    from wmobs.policy._deadletter import check_input_columns
+
+    check_input_columns(["id", "EventTime", "batch_id"])
+    with pytest.raises(ValueError, match="dead_letter: column 'wmobs_policy' is one that dead"):
+        check_input_columns(["id", "wmobs_rule", "wmobs_policy"])

@@ -5,7 +5,7 @@ over to it, and the documentation, are :mod:`wmobs.policy.deadletter`'s."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -13,10 +13,12 @@ from wmobs.policy._storage import Storage
 
 __all__ = [
     "BATCH_COLUMN",
+    "DEAD_LETTER_COLUMNS",
     "POLICY_COLUMN",
     "RULE_COLUMN",
     "DeadLetter",
     "DeadLetterFunction",
+    "check_input_columns",
     "file_name",
     "writer_name",
 ]
@@ -29,6 +31,8 @@ POLICY_COLUMN = "wmobs_policy"
 RULE_COLUMN = "wmobs_rule"
 """The rule that dropped the row (one of :data:`wmobs.observations.RULES`)."""
 BATCH_COLUMN = "wmobs_batch_id"
+DEAD_LETTER_COLUMNS = (RULE_COLUMN, POLICY_COLUMN, BATCH_COLUMN)
+"""The columns a dead letter has beside the input's (``DeadLetterWriter.java``'s too)."""
 _FORMATS = ("parquet", "json")
 
 
@@ -102,6 +106,19 @@ class DeadLetter:
         )
 
 
+def check_input_columns(columns: Iterable[str]) -> None:
+    """A policy's input may not have the columns its dead letters add (the ValueError names
+    the first): its dead letters would hold it twice, and a directory of them could not be
+    read back."""
+    added = sorted(set(columns) & set(DEAD_LETTER_COLUMNS))
+    if added:
+        raise ValueError(
+            f"dead_letter: column {added[0]!r} is one that dead letters add (the rule, policy "
+            "and micro-batch of a dropped row): rename or drop it (rows read back from dead "
+            "letters?), or the dead letters would hold it twice"
+        )
+
+
 def file_name(partition_id: int, writer: str, fmt: str) -> str:
     """A dead-letter file's name in its batch's folder: ``part-<partition>-<writer>.<fmt>``,
     ``writer`` being ``<policy>-<query id>``. Two policies, or two queries, writing to one
@@ -129,7 +146,32 @@ def _write_file(
         pq.write_table(table, sink)
         data = sink.getvalue().to_pybytes()
     else:
-        text = table.to_pandas().to_json(orient="records", lines=True, date_format="iso")
-        data = text.encode("utf-8")
+        data = json_lines(table)
     target = f"{directory.rstrip('/')}/batch_id={batch_id}/{name}"
     storage.write_once(target, data)
+
+
+def json_lines(table: Any) -> bytes:
+    """``table``'s rows as JSON lines, every value exact: longs as written (not through a
+    double, as a column with a null would be in pandas), doubles to the last digit (NaN and
+    infinities as Spark's JSON reader takes them), timestamps to the microsecond in ISO 8601,
+    decimals as their digits in a string, binary in base64 (as Spark's ``to_json``)."""
+    import json
+
+    def exact(value: Any) -> Any:
+        import base64
+        import datetime
+        import decimal
+
+        if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+            return value.isoformat()
+        if isinstance(value, datetime.timedelta):
+            return str(value)
+        if isinstance(value, decimal.Decimal):
+            return str(value)
+        if isinstance(value, (bytes, bytearray)):
+            return base64.b64encode(value).decode("ascii")
+        raise TypeError(f"dead letters: no JSON form for {type(value).__name__}")
+
+    lines = (json.dumps(row, default=exact, ensure_ascii=False) for row in table.to_pylist())
+    return "".join(line + "\n" for line in lines).encode("utf-8")

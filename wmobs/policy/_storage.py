@@ -239,8 +239,8 @@ class Storage:
         folder, _, name = where.path.rpartition("/")
         fs.makedirs(folder or "/", exist_ok=True)
         temp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
-        fs.pipe_file(temp, data)
-        try:
+        try:  # a write that fails part way (a full disk) leaves no temporary file either
+            fs.pipe_file(temp, data)
             fs.mv(temp, where.path)
         except BaseException:
             with contextlib.suppress(Exception):

@@ -48,6 +48,10 @@ class Columns:
     """A row's input partition before the shuffle, which orders a key's rows of equal arrival
     before the order they come in (the shuffle keeps each input partition's rows in their
     order, not the partitions' order, from one attempt of a task to the next)."""
+    batch_time: str | None = None
+    """The micro-batch's time (ms, Spark's batch timestamp, the same in every attempt): the
+    processing time the TTL and the idle clocks read, as Spark's ``GroupState`` gives the JVM
+    engine. Without it, the stage's ``clock``."""
 
 
 def substream_stage(
@@ -71,9 +75,10 @@ def substream_stage(
     the idle timeout, heartbeat rows (``columns.idle == HEARTBEAT``) are consumed and one
     synthetic row (``columns.idle`` = firings) is yielded when clocks moved.
 
-    ``clock`` (unix seconds) and ``batch_id`` stand in for the wall clock and the task's
-    micro-batch in tests (``checkpoint`` is then the state's root); outside a micro-batch the
-    rows are judged against an empty state, and nothing is stored.
+    ``clock`` (unix seconds; where ``columns.batch_time`` is not given) and ``batch_id`` stand
+    in for the micro-batch's time and the task's micro-batch in tests (``checkpoint`` is then
+    the state's root); outside a micro-batch the rows are judged against an empty state, and
+    nothing is stored.
     """
     import time
 
@@ -86,10 +91,13 @@ def substream_stage(
         parts = [b for b in batches if b.num_rows]
         if not parts:
             return
-        now_ms = int(now_s() * 1000)
 
         def column(name: str) -> Any:
             return pa.chunked_array([b.column(name) for b in parts])
+
+        # The micro-batch's time, not the task's: a retried task judges as the first did.
+        batch_ms = None if columns.batch_time is None else column(columns.batch_time)[0].as_py()
+        now_ms = int(now_s() * 1000) if batch_ms is None else int(batch_ms)
 
         ts_column = column(columns.ts)
         null_ts = ts_column.is_null().to_numpy() if ts_column.null_count else None

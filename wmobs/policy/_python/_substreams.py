@@ -59,8 +59,8 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
     # and the place go through the shuffle.
     keyed = keyed.withColumn(PLACE, F.spark_partition_id().cast("long"))
     partitioned = keyed.repartition(F.pmod(F.col(KEY), F.lit(BUCKETS)))
-    staged = judge_arrival(ctx, partitioned).drop(WATERMARK, BATCH_TIME)
-    output = [c for c in staged.columns if c not in (KEY, ARRIVAL, PLACE)] + appended
+    staged = judge_arrival(ctx, partitioned).drop(WATERMARK)
+    output = [c for c in staged.columns if c not in (KEY, ARRIVAL, PLACE, BATCH_TIME)] + appended
     spec = _spec(ctx)
     nothing = F.lit(None).cast("long")  # filled by the judge
     staged = staged.withColumns({c: nothing for c in appended})
@@ -89,6 +89,7 @@ def judge_substreams(ctx: Context, keyed: DataFrame, appended: list[str]) -> Dat
             slowest=SLOWEST,
             fastest=FASTEST,
             place=PLACE,
+            batch_time=BATCH_TIME,
         ),
         checkpoint=ctx.checkpoint or "",
         relative_to=ctx.relative_to,

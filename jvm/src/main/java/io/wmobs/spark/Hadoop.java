@@ -241,15 +241,23 @@ final class Hadoop {
       return;
     }
     Path temp = new Path(target.getParent(), name);
-    try (FSDataOutputStream out = fs.create(temp, true)) {
-      out.write(data);
-    }
-    if (!fs.rename(temp, target)) { // a retried task's file is there already
-      fs.delete(target, false);
-      if (!fs.rename(temp, target)) {
-        fs.delete(temp, false);
-        throw new IOException("could not rename " + temp + " to " + target);
+    try {
+      try (FSDataOutputStream out = fs.create(temp, true)) {
+        out.write(data);
       }
+      if (!fs.rename(temp, target)) { // a retried task's file is there already
+        fs.delete(target, false);
+        if (!fs.rename(temp, target)) {
+          throw new IOException("could not rename " + temp + " to " + target);
+        }
+      }
+    } catch (IOException | RuntimeException e) { // no temporary file left behind
+      try {
+        fs.delete(temp, false);
+      } catch (IOException ignored) {
+        e.addSuppressed(ignored);
+      }
+      throw e;
     }
   }
 }
