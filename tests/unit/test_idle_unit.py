@@ -283,3 +283,36 @@ def test_idle_arguments_are_checked_when_the_policy_is_made(
 
     with pytest.raises((ValueError, TypeError), match=message):
         TimePolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_tick_is_given_only_on_a_fresh_look_at_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log is looked at once per check interval; a tick that the last look makes due is
+    looked at again first: input may have come since (here at 0.9 s, between looks at 0.8 s
+    and 1 s), and the stream is not idle."""
+    pytest.importorskip("pyarrow")
+    from wmobs.policy._python import _idle_source
+
+    class Log:
+        last_input_ms: int | None = None
+        written: int | None = None
+        looks = 0
+
+        def refresh(self) -> int | None:
+            self.looks += 1
+            self.last_input_ms = self.written
+            return self.last_input_ms
+
+    options = {"mode": "global", "timeout_ms": "1000", "interval_ms": "250", "checkpoint": "/x"}
+    reader = _idle_source._Reader(options)
+    log = reader._activity = Log()  # type: ignore[assignment]
+    now = {"ms": 800}
+    monkeypatch.setattr(_idle_source.time, "time", lambda: now["ms"] / 1000)
+    log.written = 0  # input in a micro-batch at 0 s
+    start = {TICK: 0}
+    assert reader.latestOffset(start, None) == start  # idle from 1 s: not yet
+    log.written = 900  # input at 0.9 s, not looked at yet (the next look is due at 1.05 s)
+    now["ms"] = 1000
+    assert reader.latestOffset(start, None) == start  # looked again: not idle
+    assert log.looks == 2
+    now["ms"] = 1900
+    assert reader.latestOffset(start, None)[TICK] == 1900  # idle since 1.9 s: a tick

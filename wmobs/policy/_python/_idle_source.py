@@ -102,10 +102,17 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         if self.mode == "global":
             if self._activity is None:
                 self._activity = _offsets_log(self.checkpoint, self.storage)
-            if now_ms >= self._next_refresh:
+            refreshed = now_ms >= self._next_refresh
+            if refreshed:
                 self._activity.refresh()
                 self._next_refresh = now_ms + self.interval_ms
             last_input = self._activity.last_input_ms
+            if last_input is not None and now_ms >= last_input + self.timeout_ms and not refreshed:
+                # A tick is due by what the log said at the last look: input may have come
+                # since (a micro-batch between two looks). Looked at again before it is given.
+                self._activity.refresh()
+                self._next_refresh = now_ms + self.interval_ms
+                last_input = self._activity.last_input_ms
             if last_input is None:
                 return start  # no input yet: nothing to close
             idle_since = last_input + self.timeout_ms

@@ -256,19 +256,30 @@ public final class IdleHeartbeat implements TableProvider {
       if (now - start.tick < settings.intervalMs) {
         return start;
       }
-      if (now >= nextRefresh) {
-        try {
-          activity.refresh();
-        } catch (IOException e) {
-          throw new UncheckedIOException(e);
-        }
-        nextRefresh = now + settings.intervalMs;
+      boolean refreshed = now >= nextRefresh;
+      if (refreshed) {
+        refresh(now);
+      }
+      long last = activity.lastInputMs;
+      if (last != Long.MIN_VALUE && now >= last + settings.timeoutMs && !refreshed) {
+        // A tick is due by what the log said at the last look: input may have come since (a
+        // micro-batch between two looks). Looked at again before it is given.
+        refresh(now);
       }
       if (activity.lastInputMs == Long.MIN_VALUE) {
         return start; // no input yet: nothing to close
       }
       long idleSince = activity.lastInputMs + settings.timeoutMs;
       return now < idleSince ? start : new Tick(now, idleSince, availableNow);
+    }
+
+    private void refresh(long now) {
+      try {
+        activity.refresh();
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+      nextRefresh = now + settings.intervalMs;
     }
 
     @Override
