@@ -102,7 +102,7 @@ final class PolicyTable {
     try {
       policy = PolicyOptions.of(settings, new java.util.HashSet<>(names));
     } catch (IllegalArgumentException e) {
-      String option = e.getMessage().split(":", 2)[0];
+      String option = String.valueOf(e.getMessage()).split(":", 2)[0];
       if (fromSession.contains(option)) { // the session's setting, not the call's argument
         throw new IllegalArgumentException(SETTINGS + e.getMessage(), e);
       }
