@@ -156,13 +156,12 @@ def json_lines(table: Any) -> bytes:
     double, as a column with a null would be in pandas), doubles to the last digit (NaN and
     infinities as Spark's JSON reader takes them), timestamps to the microsecond in ISO 8601,
     decimals as their digits in a string, binary in base64 (as Spark's ``to_json``)."""
+    import base64
+    import datetime
+    import decimal
     import json
 
     def exact(value: Any) -> Any:
-        import base64
-        import datetime
-        import decimal
-
         if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
             return value.isoformat()
         if isinstance(value, datetime.timedelta):

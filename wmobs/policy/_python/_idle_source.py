@@ -104,14 +104,12 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
                 self._activity = _offsets_log(self.checkpoint, self.storage)
             refreshed = now_ms >= self._next_refresh
             if refreshed:
-                self._activity.refresh()
-                self._next_refresh = now_ms + self.interval_ms
+                self._look(self._activity, now_ms)
             last_input = self._activity.last_input_ms
             if last_input is not None and now_ms >= last_input + self.timeout_ms and not refreshed:
                 # A tick is due by what the log said at the last look: input may have come
                 # since (a micro-batch between two looks). Looked at again before it is given.
-                self._activity.refresh()
-                self._next_refresh = now_ms + self.interval_ms
+                self._look(self._activity, now_ms)
                 last_input = self._activity.last_input_ms
             if last_input is None:
                 return start  # no input yet: nothing to close
@@ -123,6 +121,11 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
             idle_since_ms=idle_since,
             available_now=self._available_now_ms is not None,
         )
+
+    def _look(self, activity: InputActivity, now_ms: int) -> None:
+        """Reads the offsets log again; the next look is due a check interval on."""
+        activity.refresh()
+        self._next_refresh = now_ms + self.interval_ms
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if end.get(TICK) == start.get(TICK):
