@@ -311,6 +311,40 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
     assert {n for n in rec.names() if n.startswith("wmobs_")} == expected
 
 
+def test_opentelemetry_names_translate_to_the_contracts(rec: MetricsRecorder) -> None:
+    """Every instrument, read by the SDK's Prometheus exporter (the names a Collector's
+    Prometheus exporter or a Prometheus OTLP receiver gives it, its unit made a suffix, a unit in
+    braces dropped), is the contract's name: all but the event distributions, which OTLP gets
+    from wmobs' own push (``_otlp.py``), not from an instrument."""
+    observed = {
+        "wmobs": {
+            "dead_letter_rows": 0,
+            "idle_timeout_firings": 0,
+            "engine": "python",
+            "input_watermark_us": int((NOW - 5) * 1e6),
+            "input_event_time_us": int(NOW * 1e6),
+            "hist:arrival_delay:buckets": [{"x": 3, "y": 1.0}],
+            "substream_spread_us": 0,
+        }
+    }
+    ops = [state_operator(rows_total=1, dropped_by_watermark=1)]
+    rec.tracker.on_progress(
+        progress_json(
+            watermark=NOW - 1,
+            event_time_max=NOW,
+            state_operators=ops,
+            observed=observed,
+            kafka_backlog=12,
+        )
+    )
+    rec.instruments.record_batch_duration("q", 0.1)
+    sdk = {s.name for family in rec.sdk_registry.collect() for s in family.samples}
+    sdk = {n for n in sdk if n.startswith("wmobs_")}
+    ours = {n for n in rec.names() if n.startswith("wmobs_")}
+    events = ("wmobs_event_arrival_delay", "wmobs_event_lateness", "wmobs_event_queueing_delay")
+    assert sdk == {n for n in ours if not n.startswith(events)}
+
+
 def test_the_substream_spread_is_the_latest_batchs(rec: MetricsRecorder) -> None:
     """Per substream policy, the spread of its latest micro-batch that had one (not the
     largest, not a sum); none for a policy without substreams; gone once the query stops."""
@@ -676,3 +710,57 @@ def test_a_monitor_attached_again_on_one_meter_provider_exports_again() -> None:
     second.on_progress(progress_json(name="second", rows=5))
     assert input_rows() == {"second": 5}  # the closed tracker's series end
     provider.shutdown()
+
+
+def test_an_attach_that_fails_leaves_nothing_read_or_pushing() -> None:
+    """A port taken (a notebook cell run again) fails ``attach`` with one clear error, and
+    leaves no tracker for a provider to read for the rest of the process."""
+    import socket
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import wmobs
+
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    session = SimpleNamespace(streams=_Streams())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match="in use"):
+            wmobs.attach(session, prometheus_port=port, meter_provider=provider)
+    monitor = wmobs.attach(session, prometheus_port=None, meter_provider=provider)
+    try:
+        (on_provider,) = {
+            id(i._on_meter): i._on_meter for i in monitor.listener._instruments
+        }.values()
+        assert on_provider.trackers() == [monitor.tracker]
+        assert session.streams.listeners == [monitor.listener]
+    finally:
+        monitor.close()
+
+
+def test_monitors_on_the_global_provider_before_one_is_set_are_let_go() -> None:
+    """Before the application sets a global meter provider, OpenTelemetry hands out a new
+    proxy meter at each call and keeps each for good: monitors attached and closed there are
+    not held by it, and a provider set later reads the monitor attached last."""
+    import gc
+    import weakref
+
+    from opentelemetry.metrics import get_meter_provider
+
+    from wmobs.listener import Instruments, Tracker
+
+    closed = []
+    for _ in range(3):
+        tracker = Tracker()
+        Instruments(tracker, get_meter_provider())
+        tracker.close()
+        closed.append(weakref.ref(tracker))
+    live = Tracker()
+    instruments = Instruments(live, get_meter_provider())
+    del tracker
+    gc.collect()
+    assert [ref() for ref in closed] == [None, None, None]
+    assert instruments._on_meter.trackers() == [live]

@@ -5,8 +5,8 @@ OpenTelemetry's SDK hands back the meter it made before for the same name and ve
 a meter the instrument it made before under a name, with the callbacks it was made with. Made
 per monitor, a monitor closed and attached again on one meter provider (the application's, or
 the global one) would have its instruments read the closed monitor's tracker, and export
-nothing more. So each meter's instruments are made once, and their callbacks read every
-tracker attached to that meter that is not closed.
+nothing more. So each provider's instruments are made once, and their callbacks read every
+tracker attached to that provider that is not closed.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
+    from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider, Observation
 
     from wmobs.listener._tracker import Tracker
 
 __all__ = ["MeterInstruments", "instruments_on"]
 
 _LOCK = threading.Lock()
-_BY_METER: weakref.WeakKeyDictionary[Any, MeterInstruments] = weakref.WeakKeyDictionary()
+_BY_PROVIDER: weakref.WeakKeyDictionary[Any, MeterInstruments] = weakref.WeakKeyDictionary()
 
 
 class MeterInstruments:
@@ -55,8 +55,10 @@ class MeterInstruments:
         self.histogram = make_histogram(meter)
 
     def add(self, tracker: Tracker) -> None:
-        """Read ``tracker`` too, until it is closed."""
+        """Read ``tracker`` too, until it is closed (closed ones let go now, as well as at a
+        collection: a provider that never collects holds none of them)."""
         with self._lock:
+            self._trackers = [t for t in self._trackers if not t.closed]
             self._trackers.append(tracker)
 
     def trackers(self) -> list[Tracker]:
@@ -75,14 +77,20 @@ class MeterInstruments:
         return callback
 
 
-def instruments_on(meter: Meter, make: Callable[[], MeterInstruments]) -> MeterInstruments:
-    """``meter``'s instruments, made by ``make`` the first time (a meter that cannot be
-    remembered, not weakly referable, gets new ones each time)."""
+def instruments_on(
+    provider: MeterProvider, make: Callable[[Meter], MeterInstruments], *, version: str
+) -> MeterInstruments:
+    """``provider``'s instruments (its meter ``wmobs``), made by ``make`` the first time (a
+    provider that cannot be remembered, not weakly referable, gets new ones each time). By
+    provider, not by meter: OpenTelemetry's global provider before the application sets one
+    hands out a new proxy meter at each call, and keeps every one for the life of the process;
+    instruments made on each, with a tracker each, would hold every monitor ever attached, and
+    only the first one's would be read once a provider is set."""
     with _LOCK:
         try:
-            made = _BY_METER.get(meter)
+            made = _BY_PROVIDER.get(provider)
         except TypeError:
-            return make()
+            return make(provider.get_meter("wmobs", version))
         if made is None:
-            made = _BY_METER[meter] = make()
+            made = _BY_PROVIDER[provider] = make(provider.get_meter("wmobs", version))
         return made

@@ -42,9 +42,9 @@ def _otlp_metrics(
 
     from wmobs.listener._otlp import MetricsExporter, QuietExports, metric_exporter
 
+    inner = metric_exporter(endpoint, protocol)  # before the log filter: it may raise
     quiet = QuietExports("metrics", endpoint, protocol, logger)
     pushes.append(quiet)
-    inner = metric_exporter(endpoint, protocol)
     quiet.stops_with(inner.shutdown)
     exporter = MetricsExporter(inner, tracker, quiet)
     return SdkMeterProvider(
@@ -52,9 +52,27 @@ def _otlp_metrics(
     )
 
 
-def _release(provider: SdkMeterProvider | None) -> None:
-    if provider is not None:
-        provider.shutdown()
+def _endpoint(
+    tracker: Tracker, addr: str, port: int | None, logger: Any
+) -> tuple[MetricsServer | None, CollectorRegistry | None]:
+    """The Prometheus endpoint on ``addr:port`` (port 0: a free one), and its registry; none
+    where ``port`` is None."""
+    if port is None:
+        return None, None
+    from prometheus_client import CollectorRegistry
+
+    from wmobs.listener._exposition import Exposition, MetricsServer
+
+    exposition = Exposition(tracker)
+    registry = CollectorRegistry()
+    registry.register(exposition)
+    try:
+        server = MetricsServer(addr, int(port or 0), exposition, logger=logger)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise OSError(exc.errno, _port_in_use(addr, int(port))) from exc
+    return server, registry
 
 
 def _resource() -> Any:
@@ -163,8 +181,10 @@ class Monitor:
         server: MetricsServer | None,
         registry: CollectorRegistry | None,
         prometheus_addr: str | None,
+        logger: Any = None,
     ) -> None:
         self._spark = spark
+        self._log = logger if logger is not None else _log
         self.tracker = tracker
         self.listener = listener
         self._private_provider = private_provider
@@ -219,12 +239,12 @@ class Monitor:
                 return
             self._closed = True
         if jvm_exited(self._spark):  # the listener went with it
-            _log.info("wmobs.listener_not_removed", reason="Spark's JVM has exited")
+            self._log.info("wmobs.listener_not_removed", reason="Spark's JVM has exited")
         else:
             try:
                 self._spark.streams.removeListener(self.listener)
             except Exception:
-                _log.warning("wmobs.remove_listener_failed", exc_info=True)
+                self._log.warning("wmobs.remove_listener_failed", exc_info=True)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -354,49 +374,33 @@ def attach(
         raise ValueError(f"terminated_retention: must not be negative, got {terminated_retention}")
     retention = None if terminated_retention is None else terminated_retention.total_seconds()
     tracker = Tracker(clock=clock, retention=retention)
-    instruments = [Instruments(tracker, meter_provider)]
-
-    private_provider = None
+    made: list[Any] = []  # what a failure below releases: no tracker read, no push, for ever
     pushes: list[Any] = []  # wmobs' own OTLP exporters (what flush() reports on)
-    if otlp_endpoint:
-        from wmobs.listener._otlp import resolve_protocol
-
-        protocol = resolve_protocol(otlp_protocol, "metrics")
-        private_provider = _otlp_metrics(tracker, otlp_endpoint, protocol, logger, pushes)
-        instruments.append(Instruments(tracker, private_provider))
     try:
+        instruments = [Instruments(tracker, meter_provider)]
+        private_provider = None
+        if otlp_endpoint:
+            from wmobs.listener._otlp import resolve_protocol
+
+            protocol = resolve_protocol(otlp_protocol, "metrics")
+            private_provider = _otlp_metrics(tracker, otlp_endpoint, protocol, logger, pushes)
+            made.append(private_provider)
+            instruments.append(Instruments(tracker, private_provider))
         tracer_provider, private_tracing = _tracing(
             traces, tracer_provider, otlp_endpoint, otlp_protocol, logger, pushes=pushes
         )
+        made.append(private_tracing)
+        server, registry = _endpoint(tracker, prometheus_addr, prometheus_port, logger)
     except BaseException:
-        _release(private_provider)  # not left pushing for the rest of the process
+        for provider in made:
+            if provider is not None:
+                provider.shutdown()
+        tracker.close()
         raise
-
-    server = None
-    registry = None
-    if prometheus_port is not None:
-        from prometheus_client import CollectorRegistry
-
-        from wmobs.listener._exposition import Exposition, MetricsServer
-
-        exposition = Exposition(tracker)
-        registry = CollectorRegistry()
-        registry.register(exposition)
-        try:
-            server = MetricsServer(
-                prometheus_addr, int(prometheus_port or 0), exposition, logger=logger
-            )
-        except OSError as exc:
-            for provider in (private_provider, private_tracing):
-                if provider is not None:
-                    provider.shutdown()
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            raise OSError(exc.errno, _port_in_use(prometheus_addr, int(prometheus_port))) from exc
 
     already = [m for m in list(_monitors) if not m.closed and m._spark is spark]
     if already:
-        _log.warning(
+        (logger if logger is not None else _log).warning(
             "wmobs.attached_twice",
             metrics_url=already[0].metrics_url,
             hint="this session already has a wmobs monitor: a second one adds a second listener, "
@@ -421,6 +425,7 @@ def attach(
         server=server,
         registry=registry,
         prometheus_addr=prometheus_addr if server is not None else None,
+        logger=logger,
     )
     _monitors.add(monitor)
     try:
@@ -432,7 +437,7 @@ def attach(
     except BaseException:
         monitor.close()
         raise
-    _log.info(
+    monitor._log.info(
         "wmobs.attached",
         metrics_url=monitor.metrics_url,
         otlp=bool(otlp_endpoint),

@@ -1,7 +1,9 @@
 """wmobs' OpenTelemetry instruments: every metric, declared in one place.
 
 Names below are as Prometheus scrapes them; the OpenTelemetry instrument name is the same with
-dots and without the unit suffix (``wmobs.watermark.delay``, unit ``s``). Label ``query`` is
+dots and without the unit suffix (``wmobs.watermark.delay``, unit ``s``; a unit in braces, which
+a translation to Prometheus drops, is not a suffix: ``wmobs.source.backlog.records``, unit
+``{record}``). Label ``query`` is
 the query's name, or its id when it has none (never the run id, so a restarted query keeps its
 series). A query started under an earlier one's name with a new checkpoint (a new id) continues
 that name's series: its counters and histograms go on from the earlier one's, its gauges are
@@ -98,7 +100,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from opentelemetry.metrics import Histogram, Meter, MeterProvider, Observation, get_meter
+from opentelemetry.metrics import Histogram, Meter, MeterProvider, Observation, get_meter_provider
 
 from wmobs._version import __version__
 from wmobs.listener._meters import MeterInstruments, instruments_on
@@ -361,7 +363,7 @@ OBSERVABLES: tuple[Observable, ...] = (
         _terminations,
     ),
     Observable(
-        "wmobs.source.backlog", "wmobs_source_backlog_records", "gauge", "{record}",
+        "wmobs.source.backlog.records", "wmobs_source_backlog_records", "gauge", "{record}",
         "Records a source's broker holds that the query has not read yet (Kafka's "
         "maxOffsetsBehindLatest).",
         _source_backlog,
@@ -397,9 +399,11 @@ class Instruments:
 
     def __init__(self, tracker: Tracker, meter_provider: MeterProvider | None = None) -> None:
         self._tracker = tracker
-        meter = get_meter("wmobs", __version__, meter_provider)
+        provider = meter_provider if meter_provider is not None else get_meter_provider()
         self._on_meter = instruments_on(
-            meter, lambda: MeterInstruments(meter, OBSERVABLES, _batch_duration)
+            provider,
+            lambda meter: MeterInstruments(meter, OBSERVABLES, _batch_duration),
+            version=__version__,
         )
         self._on_meter.add(tracker)
 
