@@ -764,3 +764,22 @@ def test_monitors_on_the_global_provider_before_one_is_set_are_let_go() -> None:
     gc.collect()
     assert [ref() for ref in closed] == [None, None, None]
     assert instruments._on_meter.trackers() == [live]
+
+
+def test_a_start_event_heard_after_its_runs_end_or_progress_changes_nothing(
+    rec: MetricsRecorder,
+) -> None:
+    """Spark Connect's client posts a query's start event from the thread that started it, and
+    the rest on its listener thread: a run's start can come after its first progress, or after
+    its end. A run that failed in its first micro-batch stays terminated (no gauges growing for
+    a dead query), and a progress heard first stays the run's first."""
+    run = "11111111-2222-4333-8444-555555555555"
+    rec.tracker.on_terminated("id-1", "boom", run)
+    rec.tracker.on_started("id-1", run, "q")
+    assert rec.value("wmobs_query_active", query="id-1") == 0
+    other = "66666666-7777-4888-8999-aaaaaaaaaaaa"
+    rec.tracker.on_progress(progress_json(id="id-2", name="r", batch_id=0, run_id=other))
+    rec.tracker.on_started("id-2", other, "r")
+    rec.tracker.on_progress(progress_json(id="id-2", name="r", batch_id=1, run_id=other))
+    snap = rec.tracker.snapshot("r")
+    assert snap is not None and snap.run_batches == 2

@@ -307,7 +307,7 @@ class WmobsListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         try:
-            snap = self._tracker.on_terminated(str(event.id), event.exception)
+            snap = self._tracker.on_terminated(str(event.id), event.exception, str(event.runId))
             # Told once per run: a driver that runs many queries keeps no label for good.
             self._warned_drops.discard(snap.label)
             self._warned_heap.discard(snap.label)

@@ -86,6 +86,11 @@ class Tracker:
         with self._lock:
             self._forget_terminated()
             snap = self._query(query_id, name)
+            if run_id is not None and snap.run_id == run_id:
+                # A run heard of already (its progress, or its end): a start event that came
+                # late, as Spark Connect's client posts it from the thread that started the
+                # query, while the others come on the listener's. Nothing to undo.
+                return snap
             snap.active = True
             snap.terminated_at = None
             snap.run_id = run_id
@@ -198,10 +203,14 @@ class Tracker:
             snap = self._queries.get(query_id)
             return None if snap is None else snap.label
 
-    def on_terminated(self, query_id: str, exception: str | None) -> QuerySnapshot:
+    def on_terminated(
+        self, query_id: str, exception: str | None, run_id: str | None = None
+    ) -> QuerySnapshot:
         outcome = "failed" if exception else "stopped"
         with self._lock:
             snap = self._query(query_id, None)
+            if run_id is not None:
+                snap.run_id = run_id
             snap.active = False
             snap.terminated_at = self.clock()
             self._forget_after(snap.terminated_at)
