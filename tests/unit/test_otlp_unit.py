@@ -115,3 +115,64 @@ def test_an_exporter_is_shut_down_once_whichever_way_it_ends(stoppable: bool) ->
         exporter.shutdown()
         exporter.shutdown()
         assert inner.shutdowns == 1, (stoppable, stop_first)
+
+
+def _arrivals(tracker: Tracker, bucket: int, rows: float, batch: int) -> None:
+    """A micro-batch of query ``q`` whose policy ``p`` counted ``rows`` arrival delays in
+    ``bucket``."""
+    from wmobs.testing import progress_json
+
+    observed = {"wmobs.policy.p": {"hist:arrival_delay:buckets": [{"x": bucket, "y": rows}]}}
+    tracker.on_progress(progress_json(batch_id=batch, observed=observed))
+
+
+def _point(metrics: list[Any]) -> Any:
+    (metric,) = [m for m in metrics if m.name == "wmobs.event.arrival_delay"]
+    (point,) = metric.data.data_points
+    return metric.data.aggregation_temporality, point
+
+
+def test_event_distributions_go_out_as_deltas_where_the_exporter_prefers_them() -> None:
+    """``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta``: each push carries what was
+    counted since the one before, from its time, as the SDK's own instruments then do."""
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    from wmobs.listener._otlp_histograms import EventHistograms
+
+    tracker = Tracker()
+    events = EventHistograms(tracker, delta=True, start_ns=100)
+    _arrivals(tracker, 3, 1, 0)
+    temporality, first = _point(events.collect(200))
+    assert temporality == AggregationTemporality.DELTA
+    assert (first.start_time_unix_nano, first.count, first.bucket_counts[3]) == (100, 1, 1)
+    _arrivals(tracker, 3, 2, 1)
+    _, second = _point(events.collect(300))
+    assert (second.start_time_unix_nano, second.count, second.bucket_counts[3]) == (200, 2, 2)
+    assert sum(second.bucket_counts) == second.count
+
+
+def test_a_cumulative_series_counted_from_zero_again_starts_again() -> None:
+    """A query's label forgotten after the retention, and a query under it counting from zero
+    again: its cumulative series gets a new start time, so that a consumer sees a reset rather
+    than counts that went down."""
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    from wmobs.listener._otlp_histograms import EventHistograms
+
+    now = [1_000.0]
+    tracker = Tracker(clock=lambda: now[0], retention=0.0)
+    events = EventHistograms(tracker, delta=False, start_ns=100)
+    _arrivals(tracker, 3, 5, 0)
+    temporality, first = _point(events.collect(200))
+    assert temporality == AggregationTemporality.CUMULATIVE
+    assert (first.start_time_unix_nano, first.count) == (100, 5)
+    _arrivals(tracker, 3, 1, 1)
+    _, grown = _point(events.collect(300))
+    assert (grown.start_time_unix_nano, grown.count) == (100, 6)
+    (snap,) = tracker.snapshots()
+    tracker.on_terminated(snap.query_id, None)
+    now[0] += 1
+    tracker.on_started("another", None, "another")  # the retention pass: q's label goes
+    _arrivals(tracker, 3, 2, 0)
+    _, again = _point(events.collect(400))
+    assert (again.start_time_unix_nano, again.count) == (300, 2)

@@ -4,10 +4,10 @@ Three things the OpenTelemetry SDK's exporters do not do on their own, done here
 
 - **The event distributions.** ``wmobs_event_*_seconds`` are counted inside the query and
   arrive as bucket counts, which OpenTelemetry's API cannot record. The SDK's exporters do
-  accept data points built directly: :class:`MetricsExporter` adds one cumulative
-  ``Histogram`` per distribution (a ``HistogramDataPoint`` per policy, with its bounds and
-  counts) to every push, so a Collector's Prometheus exporter serves the same buckets as
-  wmobs' own ``/metrics``.
+  accept data points built directly: :class:`MetricsExporter` adds one ``Histogram`` per
+  distribution (a ``HistogramDataPoint`` per policy, with its bounds and counts, in the
+  temporality the exporter prefers: :mod:`._otlp_histograms`) to every push, so a
+  Collector's Prometheus exporter serves the same buckets as wmobs' own ``/metrics``.
 - **Quiet failures.** A Collector that is down makes the SDK log a warning per retry and an
   error per push, forever. The records the SDK logs *while wmobs' exporters export* (on their
   own thread) are dropped by a filter on the SDK's exporter loggers, and wmobs logs once:
@@ -32,15 +32,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from opentelemetry.sdk.metrics import Histogram as SdkHistogram
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    Histogram,
-    HistogramDataPoint,
-    Metric,
     MetricExporter,
     MetricExportResult,
     MetricsData,
@@ -53,10 +51,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from wmobs._log import get_logger
 from wmobs._version import __version__
-from wmobs.listener._snapshots import QuerySnapshot
+from wmobs.listener._otlp_histograms import EventHistograms
 from wmobs.listener._tracker import Tracker
-from wmobs.listener.metrics import EVENT_HISTOGRAMS
-from wmobs.observations import HISTOGRAMS
 
 __all__ = [
     "PROTOCOLS",
@@ -329,50 +325,6 @@ class QuietExports:
             _quiet.remove()
 
 
-def _histogram_points(
-    snaps: Sequence[QuerySnapshot], which: str, start_ns: int, now_ns: int
-) -> Iterator[HistogramDataPoint]:
-    bounds = list(HISTOGRAMS[which])
-    for snap in snaps:
-        for label, policy in snap.policies.items():
-            counts = policy.histograms.get(which)
-            if counts is None:
-                continue
-            yield HistogramDataPoint(
-                attributes={"query": snap.label, "policy": label},
-                start_time_unix_nano=start_ns,
-                time_unix_nano=now_ns,
-                count=counts.count,
-                sum=counts.sum_us / 1e6,
-                bucket_counts=list(counts.buckets),
-                explicit_bounds=bounds,
-                min=None,  # type: ignore[arg-type]  # not counted: OTLP's min and max are optional
-                max=None,  # type: ignore[arg-type]
-            )
-
-
-def event_histograms(tracker: Tracker, start_ns: int, now_ns: int) -> list[Metric]:
-    """The event distributions of every policy, as OTLP cumulative histograms (``s``)."""
-    snaps = tracker.snapshots()
-    metrics = []
-    for which, (prometheus, description) in EVENT_HISTOGRAMS.items():
-        points = list(_histogram_points(snaps, which, start_ns, now_ns))
-        if points:
-            name = "wmobs.event." + prometheus.removeprefix("wmobs_event_").removesuffix("_seconds")
-            metrics.append(
-                Metric(
-                    name=name,
-                    description=description,
-                    unit="s",
-                    data=Histogram(
-                        data_points=points,
-                        aggregation_temporality=AggregationTemporality.CUMULATIVE,
-                    ),
-                )
-            )
-    return metrics
-
-
 class MetricsExporter(MetricExporter):
     """The SDK's OTLP exporter with wmobs' event distributions added to each push and its
     failures logged once (:class:`QuietExports`)."""
@@ -383,12 +335,13 @@ class MetricsExporter(MetricExporter):
             preferred_aggregation=inner._preferred_aggregation,
         )
         self._inner = inner
-        self._tracker = tracker
         self._quiet = quiet
-        self._start_ns = time.time_ns()
+        preferred = getattr(inner, "_preferred_temporality", None) or {}
+        delta = preferred.get(SdkHistogram) == AggregationTemporality.DELTA
+        self._events = EventHistograms(tracker, delta=delta, start_ns=time.time_ns())
 
     def _with_distributions(self, data: MetricsData) -> MetricsData:
-        extra = event_histograms(self._tracker, self._start_ns, time.time_ns())
+        extra = self._events.collect(time.time_ns())
         if not extra:
             return data
         resources = list(data.resource_metrics)
