@@ -783,3 +783,21 @@ def test_a_start_event_heard_after_its_runs_end_or_progress_changes_nothing(
     rec.tracker.on_progress(progress_json(id="id-2", name="r", batch_id=1, run_id=other))
     snap = rec.tracker.snapshot("r")
     assert snap is not None and snap.run_batches == 2
+
+
+def test_a_name_started_again_and_again_keeps_two_snapshots_not_one_per_run(
+    rec: MetricsRecorder,
+) -> None:
+    """A named query started again on a new checkpoint each time (a memory sink's temporary
+    one): its ended runs are folded into one snapshot as each new one starts, and its counters
+    still count every run."""
+    for run in range(5):
+        query_id = f"id-{run}"
+        rec.tracker.on_started(query_id, f"run-{run}", "q")
+        rec.tracker.on_progress(
+            progress_json(id=query_id, batch_id=0, rows=10, run_id=f"run-{run}")
+        )
+        rec.tracker.on_terminated(query_id, None, f"run-{run}")
+    assert len(rec.tracker._queries) == 2
+    assert rec.value("wmobs_input_rows_total", query="q") == 50
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="stopped") == 5

@@ -74,9 +74,23 @@ class Tracker:
         snap = self._queries.get(query_id)
         if snap is None:
             snap = QuerySnapshot(label=name or query_id, query_id=query_id, name=name)
+            self._retire(snap.label)
             self._queries[query_id] = snap
             self._started(snap)
         return snap
+
+    def _retire(self, label: str) -> None:
+        """The terminated queries of ``label`` folded into one, as a new query comes under it
+        (call with the lock held): a named query started again and again on new checkpoints
+        (a memory or console sink's temporary one) would otherwise add a snapshot per run
+        while the label lives, each read at every collection."""
+        ended = [s for s in self._queries.values() if s.label == label and not s.active]
+        if len(ended) < 2:
+            return
+        folded = merged(ended)
+        for snap in ended:
+            del self._queries[snap.query_id]
+        self._queries[folded.query_id] = folded
 
     def _started(self, snap: QuerySnapshot) -> None:
         self._starts += 1
