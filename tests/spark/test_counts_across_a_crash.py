@@ -324,3 +324,43 @@ def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_pat
         counts = snap.policy(policy.state_name)
         assert counts is not None
         assert {k: v for k, v in counts.events.items() if v} == expected(2), policy.name
+
+
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_a_micro_batch_run_again_on_fewer_partitions_leaves_no_stale_dead_letters(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """An at-least-once sink (a ``foreachBatch`` that writes every micro-batch it is given)
+    and a crash after the dead letters of micro-batch 1 were written, its input split in
+    several partitions; restarted on a session that reads it in one (as on a cluster of
+    another size), Spark runs batch 1 again, and its dead letters replace the first run's,
+    which other partitions' files held: none of them is left to hold a row twice."""
+    checkpoint = str(tmp_path / "ckpt")
+    now = float(int(time.time()))
+    policy, start, given = policed(
+        spark, tmp_path, "foreachBatch again", engine=engine, checkpoint=checkpoint, storage=None
+    )
+    with wmobs.attach(spark, prometheus_port=None) as monitor:
+        write_rows(tmp_path / "in", "0", batch_rows(0, now))
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "256")  # a 1 KiB file, 4 splits
+        try:
+            query = start()
+        finally:
+            spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        query.processAllAvailable()
+        (tmp_path / "ckpt" / "commits" / "1").write_text("")
+        write_rows(tmp_path / "in", "1", batch_rows(1, now))
+        with pytest.raises(Exception, match="1"):
+            query.awaitTermination(120)
+        (tmp_path / "ckpt" / "commits" / "1").unlink()
+        first = sorted(p.name for p in (tmp_path / "dead" / "batch_id=1").iterdir())
+        assert len(first) > 1, first  # the three dead letters of batch 1 in several files
+
+        query = start()  # batch 1 again, its input in one partition
+        write_rows(tmp_path / "in", "2", batch_rows(2, now))
+        query.processAllAvailable()
+        query.stop()
+        assert given == [0, 1, 1, 2]
+        again = sorted(p.name for p in (tmp_path / "dead" / "batch_id=1").iterdir())
+        assert len(again) == 1 and again[0] not in first, (first, again)
+        counted_once(spark, monitor, policy, tmp_path, ends={"stopped": 1, "failed": 1})

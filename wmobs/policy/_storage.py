@@ -236,9 +236,11 @@ class Storage:
         if where.object_store:
             fs.pipe_file(where.path, data)
             return
-        folder, _, name = where.path.rpartition("/")
+        folder = where.path.rpartition("/")[0]
         fs.makedirs(folder or "/", exist_ok=True)
-        temp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
+        # Not named after the target: a dead-letter file's name may take 221 of a folder
+        # entry's 255 bytes (a policy's name of 128 characters, the query's and the run's ids).
+        temp = f"{folder}/.wmobs-{uuid.uuid4().hex}.tmp"
         try:  # a write that fails part way (a full disk) leaves no temporary file either
             fs.pipe_file(temp, data)
             fs.mv(temp, where.path)
