@@ -43,17 +43,23 @@ def jvm_process(spark: Any) -> subprocess.Popen[bytes] | None:
 
 
 def qualified_path(spark: Any, path: str) -> str:
-    """``path`` as Spark qualifies a relative ``checkpointLocation`` on the driver (Hadoop's
-    default filesystem and working directory: the driver JVM's for a local one), so that a
-    task on an executor, whose working directory is another, finds the same files. A URI or an
-    absolute path is returned as it is; so is every path of a Spark Connect client, whose
-    server qualifies what it runs (wmobs' extension does the same there)."""
-    if not is_relative(path) or is_connect(spark):
+    """``path`` as Spark qualifies a ``checkpointLocation`` on the driver (Hadoop's default
+    filesystem and working directory: the driver JVM's for a local one), so that a task on an
+    executor, whose working directory is another, finds the same files, and so that an
+    absolute path without a scheme is on the cluster's default filesystem (``hdfs://``,
+    ``dbfs:/``), as Spark and the JVM engine read it, not on each executor's own disk. A URI
+    is returned as it is, and so is an absolute path where the default filesystem is the
+    local one; so is every path of a Spark Connect client, whose server qualifies what it runs
+    (wmobs' extension does the same there)."""
+    if not path or re.match(_SCHEME, path) or is_connect(spark):
         return path
     jvm = spark.sparkContext._jvm
     hadoop = jvm.org.apache.hadoop.fs.Path(path)
     conf = spark._jsparkSession.sessionState().newHadoopConf()
-    return str(hadoop.getFileSystem(conf).makeQualified(hadoop).toString())
+    fs = hadoop.getFileSystem(conf)
+    if not is_relative(path) and str(fs.getUri().getScheme()) == "file":
+        return path
+    return str(fs.makeQualified(hadoop).toString())
 
 
 def is_relative(path: str) -> bool:

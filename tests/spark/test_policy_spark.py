@@ -677,6 +677,39 @@ def test_batch_time_arrival_and_early_variants(spark: Any, tmp_path: Path) -> No
     assert seen == [3, 3]  # the invalid row reached each function destination
 
 
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_string_event_times_keep_their_offset_where_timestamps_have_no_time_zone(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """``spark.sql.timestampType=TIMESTAMP_NTZ`` in a session in New York: an event time given
+    as a string with an offset is the instant it names, as Spark casts it to a timestamp with a
+    time zone (not read without its offset, then placed in New York)."""
+    if engine == "python":
+        needs_python_engine(spark)
+    arrival = ts("10:01")
+    rows = [
+        {"id": 1, "EventTime": "2026-01-01T10:00:00Z", "ArrivalTime": arrival},
+        {"id": 2, "EventTime": "2026-01-01T12:00:00+02:00", "ArrivalTime": arrival},
+    ]
+    write_rows(tmp_path / "in", "rows", rows)
+    policy = on(engine, TimePolicy(arrival_time="ArrivalTime", late_arrival="5 minutes"))
+    ntz = {
+        "spark.sql.timestampType": "TIMESTAMP_NTZ",
+        "spark.sql.session.timeZone": "America/New_York",
+    }
+    with session_conf(spark, ntz):
+        kept, counts, _ = run_policy(
+            spark,
+            policy,
+            tmp_path / "in",
+            tmp_path,
+            f"ntz_{engine}",
+            schema="id INT, EventTime STRING, ArrivalTime TIMESTAMP_LTZ",
+        )
+    assert kept == {1: epoch("10:00"), 2: epoch("10:00")}
+    assert not any(counts.values()), counts
+
+
 class _RecordingSink:
     """A dead-letter function: one file per dropped row id (runs in the executor)."""
 
@@ -710,12 +743,36 @@ def _run_with_function_sink(
     return kept, dict(policy_snap.events), query.recentProgress
 
 
+def test_an_absolute_path_is_on_the_clusters_default_filesystem(spark: Any, tmp_path: Path) -> None:
+    """Where the default filesystem is a cluster's (HDFS here; DBFS on Databricks), a directory
+    given as ``/data/dl`` is there, as Spark and the JVM engine read it, for the dead letters
+    that Python writes as well: not each executor's own disk, whose files would be lost with
+    it. Where Python cannot reach that filesystem, ``apply`` says so, naming the directory."""
+    from wmobs._spark import qualified_path
+
+    stream = spark.readStream.schema(SCHEMA).json(tmp_path.as_uri())
+    json_letters = DeadLetter("/data/dl", format="json")
+    with session_conf(spark, {"fs.defaultFS": "hdfs://127.0.0.1:1"}):
+        assert qualified_path(spark, "/data/dl") == "hdfs://127.0.0.1:1/data/dl"
+        with pytest.raises(wmobs.StorageError, match=r"hdfs://127\.0\.0\.1:1/data/dl"):
+            TimePolicy(arrival_time="ArrivalTime").apply(stream, dead_letter=json_letters)
+    assert qualified_path(spark, "/data/dl") == "/data/dl"  # a local default: as given
+
+
 def test_invalid_arguments_fail_at_apply(spark: Any, tmp_path: Path) -> None:
     from pyspark.sql import functions as F
 
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path))
     with pytest.raises(ValueError, match="event_time: column 'when' is not in the DataFrame"):
         TimePolicy(event_time="when").apply(stream)
+    # Names resolve as Spark resolves them: without case, unless the session says otherwise.
+    spelled = TimePolicy(
+        event_time="eventtime", arrival_time="ARRIVALTIME", substream_by=["deviceid"], name="sp"
+    )
+    assert "system_timestamp" in spelled.apply(stream).columns
+    sensitive = session_conf(spark, {"spark.sql.caseSensitive": "true"})
+    with sensitive, pytest.raises(ValueError, match="event_time: column 'eventtime' is not in"):
+        spelled.apply(stream)
     with pytest.raises(
         TypeError,
         match=r"arrival_time: column 'id' is int, expected timestamp.*F.timestamp_millis",

@@ -170,17 +170,18 @@ def test_the_classic_bridge_swallows_an_event_it_cannot_read(rec: MetricsRecorde
     ]
 
 
-def test_only_a_relative_path_is_qualified_and_only_by_a_classic_driver() -> None:
-    """A URI, an absolute path and "" (a named query's checkpoint) are left alone without asking
-    any JVM (here: no session at all); a Connect client's relative path too, for its server to
-    qualify. A classic session's relative path is qualified by Hadoop on the driver: the
-    cluster test."""
+def test_only_a_path_without_a_scheme_is_qualified_and_only_by_a_classic_driver() -> None:
+    """A URI and "" (a named query's checkpoint) are left alone without asking any JVM (here:
+    no session at all); a Connect client's relative path too, for its server to qualify. A
+    classic session's relative path is qualified by Hadoop on the driver (the cluster test),
+    and an absolute one where the default filesystem is not the local one (the policy's
+    Spark tests)."""
     from types import SimpleNamespace
 
     from wmobs._spark import qualified_path, working_directory
 
     nothing = SimpleNamespace()  # any call into a JVM would fail
-    for path in ("", "/data/ckpt", "s3a://bucket/ckpt", "file:/data/ckpt", "abfss://c@a/x"):
+    for path in ("", "s3a://bucket/ckpt", "file:/data/ckpt", "abfss://c@a/x"):
         assert qualified_path(nothing, path) == path
 
     class ConnectSession:  # a Spark Connect session's module

@@ -278,9 +278,8 @@ def test_rule_column_rejects_unknown_labels() -> None:
     assert parse_observed_metrics(None).empty
 
 
-def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
-    """Every name of the metric contract (README, "Metrics") that progress can provide is
-    exposed, exactly so."""
+def _every_series(rec: MetricsRecorder) -> None:
+    """A micro-batch that gives every series progress can give, and a batch duration."""
     ops = [state_operator(rows_total=1, dropped_by_watermark=1)]
     observed = {
         "wmobs": {
@@ -304,6 +303,12 @@ def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
     )
     rec.tracker.on_progress(body)
     rec.instruments.record_batch_duration("q", 0.1)
+
+
+def test_prometheus_names_are_the_contract(rec: MetricsRecorder) -> None:
+    """Every name of the metric contract (README, "Metrics") that progress can provide is
+    exposed, exactly so."""
+    _every_series(rec)
     expected = set()
     for name, (kind, _labels) in CONTRACT.items():
         suffixes = ("_bucket", "_count", "_sum") if kind == "histogram" else ("",)
@@ -316,28 +321,7 @@ def test_opentelemetry_names_translate_to_the_contracts(rec: MetricsRecorder) ->
     Prometheus exporter or a Prometheus OTLP receiver gives it, its unit made a suffix, a unit in
     braces dropped), is the contract's name: all but the event distributions, which OTLP gets
     from wmobs' own push (``_otlp.py``), not from an instrument."""
-    observed = {
-        "wmobs": {
-            "dead_letter_rows": 0,
-            "idle_timeout_firings": 0,
-            "engine": "python",
-            "input_watermark_us": int((NOW - 5) * 1e6),
-            "input_event_time_us": int(NOW * 1e6),
-            "hist:arrival_delay:buckets": [{"x": 3, "y": 1.0}],
-            "substream_spread_us": 0,
-        }
-    }
-    ops = [state_operator(rows_total=1, dropped_by_watermark=1)]
-    rec.tracker.on_progress(
-        progress_json(
-            watermark=NOW - 1,
-            event_time_max=NOW,
-            state_operators=ops,
-            observed=observed,
-            kafka_backlog=12,
-        )
-    )
-    rec.instruments.record_batch_duration("q", 0.1)
+    _every_series(rec)
     sdk = {s.name for family in rec.sdk_registry.collect() for s in family.samples}
     sdk = {n for n in sdk if n.startswith("wmobs_")}
     ours = {n for n in rec.names() if n.startswith("wmobs_")}

@@ -16,13 +16,16 @@ __all__ = ["arrival_micros", "event_micros", "replace"]
 def event_micros(ctx: Context, df: DataFrame) -> Column:
     """Each row's event time (µs); null where it is missing or unparseable."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
+    from pyspark.sql.types import StringType, TimestampType
 
     name = ctx.column(ctx.event_time)
     column = F.col(f"`{name}`")
     if isinstance(df.schema[name].dataType, StringType):
-        column = F.try_to_timestamp(column)  # unparseable -> null -> invalid_time
-    return F.unix_micros(column.cast("timestamp"))
+        # As Spark casts a string to a timestamp with a time zone, its offset kept
+        # (try_to_timestamp and the name TIMESTAMP give a TIMESTAMP_NTZ, which drops it, where
+        # spark.sql.timestampType says so); unparseable -> null -> invalid_time.
+        column = F.expr(f"try_cast(`{name.replace('`', '``')}` AS TIMESTAMP_LTZ)")
+    return F.unix_micros(column.cast(TimestampType()))
 
 
 def arrival_micros(ctx: Context) -> Column:
@@ -32,7 +35,9 @@ def arrival_micros(ctx: Context) -> Column:
     if ctx.arrival_time is None:
         return F.lit(None).cast("long")
     arrival = ctx.column(ctx.arrival_time)
-    return F.unix_micros(F.col(f"`{arrival}`").cast("timestamp"))
+    from pyspark.sql.types import TimestampType
+
+    return F.unix_micros(F.col(f"`{arrival}`").cast(TimestampType()))
 
 
 def replace(df: DataFrame, columns: dict[str, Column]) -> DataFrame:

@@ -84,8 +84,12 @@ def _placeholder(data_type: DataType) -> Column:
         return F.array().cast(data_type)
     if isinstance(data_type, T.MapType):
         return F.create_map().cast(data_type)
-    if isinstance(data_type, (T.DateType, T.TimestampType, T.TimestampNTZType)):
-        return F.lit("1970-01-01").cast(data_type)
-    if isinstance(data_type, (T.NumericType, T.BooleanType, T.StringType, T.BinaryType)):
-        return F.lit(0).cast(data_type)
+    literals = (
+        ((T.DateType, T.TimestampType, T.TimestampNTZType), "1970-01-01"),
+        ((T.StringType, T.BinaryType), ""),  # (ANSI casts no number to binary)
+        ((T.NumericType, T.BooleanType), 0),
+    )
+    for types, literal in literals:
+        if isinstance(data_type, types):
+            return F.lit(literal).cast(data_type)
     return F.lit(None).cast(data_type)

@@ -62,8 +62,15 @@ def build(ctx: Context, df: DataFrame, sink: DeadLetter | None) -> DataFrame:
     if not ctx.idle:
         return out
     # Synthetic rows have moved the watermark (above); none goes further. The filter names
-    # system_timestamp so the optimizer cannot push it below withWatermark.
-    real = (F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()
+    # system_timestamp so the optimizer cannot push it below withWatermark. And it is not
+    # deterministic (a partition id, never negative, always true): Spark's optimizer would
+    # merge a user's filter after the policy with a deterministic one, and push the conditions
+    # that do not read the event time below withWatermark, where they would see the
+    # synthetic rows' placeholders (dropping them before they move the watermark, or failing
+    # on them under ANSI); a filter above one that is not deterministic stays above it.
+    real = ((F.col(IDLE) == F.lit(REAL)) | F.col(SYSTEM_TIMESTAMP).isNull()) & (
+        F.spark_partition_id() >= 0
+    )
     return out.filter(real).drop(IDLE)
 
 

@@ -69,6 +69,7 @@ from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction, check_input
 from wmobs.policy._deadletter_plan import DeadLetterPlan, choose_plan
 from wmobs.policy._durations import Tolerances
 from wmobs.policy._engine import check_requested, choose, planned_in_pipeline
+from wmobs.policy._input_columns import as_spelled, has_map, nested_hint, spelled
 from wmobs.policy._plan import SYSTEM_TIMESTAMP, build, dotted_names
 from wmobs.policy._stages import Engine
 from wmobs.policy._storage import Storage
@@ -83,17 +84,8 @@ __all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 _ACTIONS = ("adjust", "drop")
 _names = itertools.count()
 # A policy's name is a folder of the checkpoint and part of its dead-letter files' names
-# (part-<partition>-<name>-<query id>.<format>), which must fit a file system's 255 bytes.
+# (part-<partition>-<name>-<query id>-<run id>.<format>), which must fit a file system's 255 bytes.
 MAX_NAME = 128
-
-
-def _spelled(df: DataFrame, column: str, names: list[str]) -> str | None:
-    """``column`` as ``names`` spell it where Spark resolves names without case, else None."""
-    found = [n for n in names if n.lower() == column.lower()]
-    if not found:
-        return None
-    sensitive = df.sparkSession.conf.get("spark.sql.caseSensitive", "false")
-    return None if str(sensitive).lower() == "true" else found[0]
 
 
 def _session_checkpoint_root(df: DataFrame) -> str | None:
@@ -218,7 +210,8 @@ class TimePolicy:
         if self.name is not None and len(self.name) > MAX_NAME:
             raise ValueError(
                 f"name: at most {MAX_NAME} characters (it is part of file names: a dead-letter"
-                f" file is part-<partition>-<name>-<query id>.<format>), got {len(self.name)}"
+                f" file is part-<partition>-<name>-<query id>-<run id>.<format>), got"
+                f" {len(self.name)}"
             )
         check_requested(self.engine)
         object.__setattr__(self, "tolerances", tolerances)
@@ -298,13 +291,22 @@ class TimePolicy:
                 sink=sink,
             )
         schema = df.schema  # once: over Spark Connect each read is a round trip to the server
+        # Names as the input spells them where Spark resolves names without case (its default).
+        names = schema.names
+        event_time = as_spelled(df, self.event_time, names)
+        keys = None
+        if self.substream_by is not None:
+            keys = tuple(as_spelled(df, c, names) for c in self.substream_by)
         arrival_time = self.arrival_time
-        if isinstance(arrival_time, _DefaultColumn) and arrival_time not in schema.names:
-            # The default, and no such column: the micro-batch's time; where Spark resolves
-            # names without case (its default), a column spelled otherwise (a catalog that keeps
-            # names in lower case) is it.
-            arrival_time = _spelled(df, arrival_time, schema.names)
-        self._check_columns(df, schema, arrival_time, dead_letters=sink is not None)
+        if isinstance(arrival_time, _DefaultColumn) and arrival_time not in names:
+            # The default, and no such column: the micro-batch's time; a column spelled
+            # otherwise (a catalog that keeps names in lower case) is it.
+            arrival_time = spelled(df, arrival_time, names)
+        elif arrival_time is not None:
+            arrival_time = as_spelled(df, arrival_time, names)
+        self._check_columns(
+            df, schema, (event_time, arrival_time, keys), dead_letters=sink is not None
+        )
         idle = self.tolerances.idle_timeout_us is not None
         engine = choose(df.sparkSession, self.engine)
         engine.check_apply(
@@ -326,12 +328,12 @@ class TimePolicy:
         ctx = Context(
             name=self.state_name,
             named=self.name is not None,
-            event_time=self.event_time,
+            event_time=event_time,
             arrival_time=arrival_time,
             early_arrival_action=None if self.early_arrival is None else self.early_arrival_action,
             late_arrival_action=self.late_arrival_action,
             out_of_order_action=self.out_of_order_action,
-            substream_by=None if self.substream_by is None else tuple(self.substream_by),
+            substream_by=keys,
             distributions=self.distributions,
             tolerances=self.tolerances,
             checkpoint=checkpoint_location,
@@ -362,8 +364,14 @@ class TimePolicy:
     # ---- validation -----------------------------------------------------------------------
 
     def _check_columns(
-        self, df: DataFrame, schema: StructType, arrival_time: str | None, *, dead_letters: bool
+        self,
+        df: DataFrame,
+        schema: StructType,
+        columns: tuple[str, str | None, tuple[str, ...] | None],
+        *,
+        dead_letters: bool,
     ) -> None:
+        """``columns``: the event time, arrival time and keys, as the input spells them."""
         from pyspark.sql.types import (
             FractionalType,
             IntegralType,
@@ -372,11 +380,12 @@ class TimePolicy:
             TimestampType,
         )
 
+        event_time, arrival_time, keys = columns
         fields = {f.name: f.dataType for f in schema.fields}
         if not df.isStreaming:
             raise TypeError("apply: expected a streaming DataFrame (spark.readStream...)")
         checks: list[tuple[str, str, tuple[type, ...]]] = [
-            ("event_time", self.event_time, (TimestampType, TimestampNTZType, StringType))
+            ("event_time", event_time, (TimestampType, TimestampNTZType, StringType))
         ]
         if arrival_time is not None:
             checks.append(("arrival_time", arrival_time, (TimestampType, TimestampNTZType)))
@@ -384,7 +393,7 @@ class TimePolicy:
             if column not in fields:
                 raise ValueError(
                     f"{argument}: column {column!r} is not in the DataFrame "
-                    f"(columns: {', '.join(fields)}){_nested_hint(column, fields)}"
+                    f"(columns: {', '.join(fields)}){nested_hint(column, fields)}"
                 )
             if not isinstance(fields[column], types):
                 wanted = " or ".join(t.__name__.replace("Type", "").lower() for t in types)
@@ -398,13 +407,13 @@ class TimePolicy:
                     f"{argument}: column {column!r} is {fields[column].simpleString()}, "
                     f"expected {wanted}{hint}"
                 )
-        for column in self.substream_by or ():
+        for column in keys or ():
             if column not in fields:
                 raise ValueError(
                     f"substream_by: column {column!r} is not in the DataFrame "
-                    f"(columns: {', '.join(fields)}){_nested_hint(column, fields)}"
+                    f"(columns: {', '.join(fields)}){nested_hint(column, fields)}"
                 )
-            if _has_map(fields[column]):
+            if has_map(fields[column]):
                 raise TypeError(
                     f"substream_by: column {column!r} is {fields[column].simpleString()}; a key "
                     "cannot hold a map (equal maps may hash apart): key by its fields, or by "
@@ -419,31 +428,3 @@ class TimePolicy:
             )
         if dead_letters:
             check_input_columns(fields)
-
-
-def _nested_hint(column: str, fields: Mapping[str, Any]) -> str:
-    """A hint for a nested field's path (``payload.ts`` of a struct ``payload``): a policy
-    reads top-level columns."""
-    from pyspark.sql.types import StructType
-
-    head = column.split(".", 1)[0]
-    if "." not in column or not isinstance(fields.get(head), StructType):
-        return ""
-    name = column.rsplit(".", 1)[1]
-    return (
-        f"; a policy reads top-level columns: "
-        f"df.withColumn({name!r}, F.col({column!r})) and pass {name!r}"
-    )
-
-
-def _has_map(data_type: Any) -> bool:
-    """Whether ``data_type`` is or holds a map (Spark hashes no map: a substream key cannot)."""
-    from pyspark.sql.types import ArrayType, MapType, StructType
-
-    if isinstance(data_type, MapType):
-        return True
-    if isinstance(data_type, ArrayType):
-        return _has_map(data_type.elementType)
-    if isinstance(data_type, StructType):
-        return any(_has_map(f.dataType) for f in data_type.fields)
-    return False

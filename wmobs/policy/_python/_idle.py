@@ -15,7 +15,8 @@ time::
 
     clock(now) = now - max(idle_timeout, lag)          while no new input arrives
 
-(never below ``M``; a stream whose event time led processing time keeps that lead). So for a
+(never below ``M``; a stream whose event time led processing time keeps that lead, at
+``now - idle_timeout + (M - a)``). So for a
 stream whose event time tracks processing time (``lag <= idle_timeout``) the watermark
 ``clock - out_of_order`` passes the end ``E`` of an open window once processing time passes
 ``E + idle_timeout + out_of_order``: Atlas Stream Processing's rule, plus Spark's own

@@ -2,10 +2,10 @@ package io.wmobs.spark;
 
 import static org.apache.spark.sql.functions.call_function;
 import static org.apache.spark.sql.functions.col;
+import static org.apache.spark.sql.functions.expr;
 import static org.apache.spark.sql.functions.lit;
 import static org.apache.spark.sql.functions.struct;
 import static org.apache.spark.sql.functions.timestamp_micros;
-import static org.apache.spark.sql.functions.try_to_timestamp;
 import static org.apache.spark.sql.functions.unix_micros;
 import static org.apache.spark.sql.functions.when;
 
@@ -275,7 +275,11 @@ final class PolicyPlan {
   private static Column eventMicros(StructType schema, PolicyOptions options) {
     Column column = named(options.eventTime());
     if (schema.apply(options.eventTime()).dataType() instanceof StringType) {
-      column = try_to_timestamp(column); // unparseable -> null -> invalid_time
+      // As Spark casts a string to a timestamp with a time zone, its offset kept
+      // (try_to_timestamp and the name TIMESTAMP give a TIMESTAMP_NTZ, which drops it, where
+      // spark.sql.timestampType says so); unparseable -> null -> invalid_time.
+      String quoted = "`" + options.eventTime().replace("`", "``") + "`";
+      column = expr("try_cast(" + quoted + " AS TIMESTAMP_LTZ)");
     }
     return unix_micros(column.cast(DataTypes.TimestampType));
   }
