@@ -785,3 +785,17 @@ def test_a_name_started_again_and_again_keeps_two_snapshots_not_one_per_run(
     assert len(rec.tracker._queries) == 2
     assert rec.value("wmobs_input_rows_total", query="q") == 50
     assert rec.value("wmobs_query_terminations_total", query="q", outcome="stopped") == 5
+
+
+def test_a_query_started_again_under_another_name_is_labelled_by_it(rec: MetricsRecorder) -> None:
+    """The ``query`` label is the query's name: restarted from its checkpoint (the same id)
+    under a new ``queryName``, its series go on under that name."""
+    rec.tracker.on_started("id-1", "run-1", "before")
+    rec.tracker.on_progress(progress_json(id="id-1", name="before", rows=10, run_id="run-1"))
+    rec.tracker.on_terminated("id-1", None, "run-1")
+    rec.tracker.on_started("id-1", "run-2", "after")
+    rec.tracker.on_progress(
+        progress_json(id="id-1", name="after", batch_id=1, rows=5, run_id="run-2")
+    )
+    assert rec.value("wmobs_input_rows_total", query="after") == 15
+    assert rec.value("wmobs_input_rows_total", query="before") is None

@@ -105,6 +105,8 @@ class Tracker:
                 # late, as Spark Connect's client posts it from the thread that started the
                 # query, while the others come on the listener's. Nothing to undo.
                 return snap
+            if snap.name != name:  # started again from its checkpoint under another name
+                snap.name, snap.label = name, name or query_id
             snap.active = True
             snap.terminated_at = None
             snap.run_id = run_id
