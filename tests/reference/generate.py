@@ -10,9 +10,7 @@
   with their bucket;
 - ``batch_input.json``: pairs of offsets-log entries (a file source, a Kafka source and the
   idle heartbeat) and whether the later micro-batch read input, the heartbeat's test of a tick
-  that meets a backlog;
-- ``stale_dead_letters.json``: a micro-batch's dead-letter folder, and the files in it that a
-  run running the micro-batch again deletes (another run's).
+  that meets a backlog.
 
 Every expectation comes from the event-at-a-time definitions in ``tests/unit/_reference.py``
 (and, for the worked example, the hand-worked table it is checked against), never from an
@@ -253,43 +251,6 @@ def batch_input() -> dict[str, Any]:
     }
 
 
-def stale_dead_letters() -> dict[str, Any]:
-    """Which files of a micro-batch's dead-letter folder a run that runs the micro-batch again
-    deletes, once it has written its own: those of its policy and query, in its format, that
-    another run wrote or that name no run (hand-written)."""
-    query = "6f1c3b9e-0d2a-4c55-9a47-3e2f1d0c9b8a"
-    run = "0b7e2d41-95c3-4f6a-8e1d-2c3b4a5f6e7d"
-    before = "d4c3b2a1-1111-4222-8333-944455556666"
-    writer = f"judged-{query}"
-    folder = [
-        f"part-00000-{writer}-{run}.parquet",  # this run's: kept
-        f"part-00001-{writer}-{before}.parquet",  # the run before's: stale
-        f"part-00003-{writer}-{before}.parquet",  # a partition the new run does not have
-        f"part-00002-{writer}.parquet",  # named by a version without runs: stale
-        f"part-123456-{writer}-{before}.parquet",  # more than 5 digits
-        f"part-00001-{writer}-{before}.json",  # another format: not this writer's
-        f"part-00001-judged-2-{query}-{before}.parquet",  # another policy (a name with '-')
-        f"part-00001-judged-{before}-{run}.parquet",  # another query
-        f"part-00001-{writer}-{before}.parquet.tmp",  # not a dead-letter file
-        f".part-00001-{writer}-{before}.parquet.1f2e.tmp",  # a temporary file
-        f"part-00001-{writer}-{before.upper()}.parquet",  # not a run id as Spark writes it
-        "_SUCCESS",
-    ]
-    stale = [folder[1], folder[2], folder[3], folder[4]]
-    return {
-        "cases": [
-            {"case": "a run's first micro-batch, run again", "names": folder, "writer": writer,
-             "run": run, "format": "parquet", "stale": stale},
-            {"case": "JSON dead letters", "names": folder, "writer": writer, "run": run,
-             "format": "json", "stale": [folder[5]]},
-            {"case": "the run that wrote them", "names": folder, "writer": writer,
-             "run": before, "format": "parquet", "stale": [folder[0], folder[3]]},
-            {"case": "an empty folder", "names": [], "writer": writer, "run": run,
-             "format": "parquet", "stale": []},
-        ]
-    }  # fmt: skip
-
-
 def durations() -> dict[str, Any]:
     """Durations as a policy's options take them, from Python and from SQL (hand-written):
     their microseconds, or the start of the error naming the option."""
@@ -330,7 +291,6 @@ FILES = {
     "idle_clock.json": idle_clock,
     "histogram_buckets.json": histogram_buckets,
     "batch_input.json": batch_input,
-    "stale_dead_letters.json": stale_dead_letters,
 }
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from tests.reference import generate
-from wmobs.policy._deadletter import stale
 from wmobs.policy._python._idle import advance, read_input
 from wmobs.policy._python._substream_judge import SubstreamConfig, judge_partition
 from wmobs.policy._python._substream_state import KeyState
@@ -108,12 +107,6 @@ def test_durations() -> None:
 def test_batch_input() -> None:
     for case in load("batch_input.json")["cases"]:
         assert read_input(case["now"], case["before"]) == case["read_input"], case["case"]
-
-
-def test_stale_dead_letters() -> None:
-    for case in load("stale_dead_letters.json")["cases"]:
-        found = stale(case["names"], case["writer"], case["run"], case["format"])
-        assert found == case["stale"], case["case"]
 
 
 def test_idle_clock() -> None:

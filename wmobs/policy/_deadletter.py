@@ -5,13 +5,11 @@ over to it, and the documentation, are :mod:`wmobs.policy.deadletter`'s."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from wmobs.policy._storage import Storage
-from wmobs.policy._task import RUN_ID
 
 __all__ = [
     "BATCH_COLUMN",
@@ -22,7 +20,6 @@ __all__ = [
     "DeadLetterFunction",
     "check_input_columns",
     "file_name",
-    "stale",
     "writer_name",
 ]
 
@@ -37,10 +34,6 @@ BATCH_COLUMN = "wmobs_batch_id"
 DEAD_LETTER_COLUMNS = (RULE_COLUMN, POLICY_COLUMN, BATCH_COLUMN)
 """The columns a dead letter has beside the input's (``DeadLetterWriter.java``'s too)."""
 _FORMATS = ("parquet", "json")
-_REMEMBERED = 4096
-# Runs (with a directory and writer) whose stale files a task of this process looked for: the
-# most recent, in order (``DeadLetterFiles.java``'s ``LOOKED``).
-_LOOKED: dict[tuple[str, str, str], None] = {}
 
 
 @dataclass(frozen=True)
@@ -95,30 +88,22 @@ class DeadLetter:
         if self.directory is not None:
             (self.storage or Storage()).check_writable(self.directory, "dead_letter")
 
-    def write(
-        self, table: Any, batch_id: int, partition_id: int, *, writer: str = "", run: str = ""
-    ) -> None:
+    def write(self, table: Any, batch_id: int, partition_id: int, *, writer: str = "") -> None:
         """``table`` of micro-batch ``batch_id``'s partition ``partition_id``; ``writer`` (the
-        policy and its query) and ``run`` (the query run) name the file with them. The first
-        file of a run (for this directory and writer) in this process removes what another run
-        left in its folder (:func:`stale`)."""
+        policy and its query) names the file with them."""
         if self.function is not None:
             self.function(table, batch_id, partition_id)
             return
         assert self.directory is not None
         storage = self.storage or Storage()
-        folder = f"{self.directory.rstrip('/')}/batch_id={batch_id}"
-        name = file_name(partition_id, f"{writer}-{run}" if writer and run else writer, self.format)
-        storage.write_once(f"{folder}/{name}", _encoded(table, self.format))
-        key = (run, self.directory, writer)
-        if not writer or not run or key in _LOOKED:
-            return
-        names = [entry.name for entry in storage.files(folder)]
-        for gone in stale(names, writer, run, self.format):
-            storage.delete(f"{folder}/{gone}")
-        _LOOKED[key] = None  # once they are gone: a task that failed to delete leaves it to another
-        while len(_LOOKED) > _REMEMBERED:
-            _LOOKED.pop(next(iter(_LOOKED)))
+        _write_file(
+            table,
+            self.directory,
+            self.format,
+            batch_id=batch_id,
+            name=file_name(partition_id, writer, self.format),
+            storage=storage,
+        )
 
 
 def check_input_columns(columns: Iterable[str]) -> None:
@@ -136,31 +121,11 @@ def check_input_columns(columns: Iterable[str]) -> None:
 
 def file_name(partition_id: int, writer: str, fmt: str) -> str:
     """A dead-letter file's name in its batch's folder: ``part-<partition>-<writer>.<fmt>``,
-    ``writer`` being ``<policy>-<query id>-<run id>`` in a micro-batch. Two policies, or two
-    queries, writing to one directory (or one query started again on a new checkpoint, a new
-    id) write files of their own; a task that runs again writes its own file again, and an
-    earlier run's files of a micro-batch run again are :func:`stale`. ``DeadLetterFiles.java``
-    names the same."""
+    ``writer`` being ``<policy>-<query id>``. Two policies, or two queries, writing to one
+    directory (or one query started again on a new checkpoint, a new id) write files of their
+    own; a task that runs again writes its own file again. ``DeadLetterWriter.java`` names the
+    same."""
     return f"part-{partition_id:05d}-{writer}.{fmt}" if writer else f"part-{partition_id:05d}.{fmt}"
-
-
-def stale(names: Iterable[str], writer: str, run: str, fmt: str) -> list[str]:
-    """Of ``names`` (a micro-batch's folder), the files of ``writer`` (``<policy>-<query id>``)
-    in ``fmt`` that a query run other than ``run`` wrote, or that name no run.
-
-    A query that crashed (or stopped) during micro-batch N runs N again when it restarts; where
-    its sink runs N's plan again (an at-least-once sink: one that had committed N skips it and
-    runs nothing), the new run's dead letters of N go with what the sink holds, and the earlier
-    run's are stale: where N's input is split otherwise in the new run (a file source on a
-    cluster of another size), they would hold rows a second time under other partitions' names.
-    Only a run's first micro-batch can have any. ``DeadLetterFiles.java`` finds the same."""
-    pattern = re.compile(rf"part-[0-9]{{5,}}-{re.escape(writer)}(?:-({RUN_ID}))?\.{re.escape(fmt)}")
-    found = []
-    for name in names:
-        matched = pattern.fullmatch(name)
-        if matched is not None and matched.group(1) != run:
-            found.append(name)
-    return found
 
 
 def writer_name(policy: str, query_id: str | None) -> str:
@@ -169,17 +134,21 @@ def writer_name(policy: str, query_id: str | None) -> str:
     return policy if query_id is None else f"{policy}-{query_id}"
 
 
-def _encoded(table: Any, fmt: str) -> bytes:
-    """``table`` as the bytes of one file in ``fmt``."""
+def _write_file(
+    table: Any, directory: str, fmt: str, *, batch_id: int, name: str, storage: Storage
+) -> None:
+    """One file of a batch, written whole at once (one PUT on an object store)."""
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
-        data: bytes = sink.getvalue().to_pybytes()
-        return data
-    return json_lines(table)
+        data = sink.getvalue().to_pybytes()
+    else:
+        data = json_lines(table)
+    target = f"{directory.rstrip('/')}/batch_id={batch_id}/{name}"
+    storage.write_once(target, data)
 
 
 def json_lines(table: Any) -> bytes:

@@ -20,7 +20,7 @@ from wmobs.policy._deadletter import (
     writer_name,
 )
 from wmobs.policy._deadletter_plan import text_kind
-from wmobs.policy._task import task_batch_id, task_query_id, task_run_id
+from wmobs.policy._task import task_batch_id, task_query_id
 from wmobs.policy._verdicts import DROP_POLICIES, DROPPED_BITS, IDLE, TS, VERDICT
 
 if TYPE_CHECKING:
@@ -138,11 +138,7 @@ def _hand_over(
     table = table.append_column(RULE_COLUMN, rule)
     table = table.append_column(POLICY_COLUMN, pa.array([policy] * table.num_rows, pa.string()))
     table = table.append_column(BATCH_COLUMN, pa.array([batch_id] * table.num_rows, pa.int64()))
-    query = task_query_id()
-    run = task_run_id() if query is not None else None
-    sink.write(
-        table, batch_id, context.partitionId(), writer=writer_name(policy, query), run=run or ""
-    )
+    sink.write(table, batch_id, context.partitionId(), writer=writer_name(policy, task_query_id()))
 
 
 # ---- the plan where kept rows stay in the JVM ---------------------------------------------

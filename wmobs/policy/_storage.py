@@ -236,11 +236,9 @@ class Storage:
         if where.object_store:
             fs.pipe_file(where.path, data)
             return
-        folder = where.path.rpartition("/")[0]
+        folder, _, name = where.path.rpartition("/")
         fs.makedirs(folder or "/", exist_ok=True)
-        # Not named after the target: a dead-letter file's name may take 221 of a folder
-        # entry's 255 bytes (a policy's name of 128 characters, the query's and the run's ids).
-        temp = f"{folder}/.wmobs-{uuid.uuid4().hex}.tmp"
+        temp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
         try:  # a write that fails part way (a full disk) leaves no temporary file either
             fs.pipe_file(temp, data)
             fs.mv(temp, where.path)

@@ -6,13 +6,9 @@ import PySpark."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-__all__ = ["RUN_ID", "task_batch_id", "task_properties", "task_query_id", "task_run_id"]
-
-RUN_ID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-"""A query run's id as Spark writes it (a UUID), as a regular expression."""
+__all__ = ["task_batch_id", "task_properties", "task_query_id"]
 
 
 def task_properties() -> dict[str, Any]:
@@ -34,10 +30,3 @@ def task_query_id() -> str | None:
     across restarts from it); ``None`` outside a streaming query."""
     found = task_properties().get("sql.streaming.queryId")
     return None if found is None else str(found)
-
-
-def task_run_id() -> str | None:
-    """The id of the query run the running task belongs to: Spark's job group of a micro-batch
-    (``None`` outside one, or where the user's code set a job group of its own)."""
-    found = task_properties().get("spark.jobGroup.id")
-    return str(found) if found is not None and re.fullmatch(RUN_ID, str(found)) else None

@@ -84,7 +84,7 @@ __all__ = ["SYSTEM_TIMESTAMP", "TimePolicy"]
 _ACTIONS = ("adjust", "drop")
 _names = itertools.count()
 # A policy's name is a folder of the checkpoint and part of its dead-letter files' names
-# (part-<partition>-<name>-<query id>-<run id>.<format>), which must fit a file system's 255 bytes.
+# (part-<partition>-<name>-<query id>.<format>), which must fit a file system's 255 bytes.
 MAX_NAME = 128
 
 
@@ -210,8 +210,7 @@ class TimePolicy:
         if self.name is not None and len(self.name) > MAX_NAME:
             raise ValueError(
                 f"name: at most {MAX_NAME} characters (it is part of file names: a dead-letter"
-                f" file is part-<partition>-<name>-<query id>-<run id>.<format>), got"
-                f" {len(self.name)}"
+                f" file is part-<partition>-<name>-<query id>.<format>), got {len(self.name)}"
             )
         check_requested(self.engine)
         object.__setattr__(self, "tolerances", tolerances)

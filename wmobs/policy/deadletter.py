@@ -8,7 +8,7 @@ kept rows continue to the query's sink. Destinations:
 
 - a directory (a local path or any URI of :mod:`wmobs.policy._storage`: ``s3a://``,
   ``abfss://``, ``gs://``, ``dbfs:/``, ...), as Parquet (default) or JSON lines:
-  ``<dir>/batch_id=<N>/part-<partition>-<policy>-<query id>-<run id>.parquet``;
+  ``<dir>/batch_id=<N>/part-<partition>-<policy>-<query id>.parquet``;
 - a function ``fn(table: pyarrow.Table, batch_id: int, partition_id: int) -> None``, called in
   the executor once per task that dropped rows (it must be picklable and idempotent).
 

@@ -47,8 +47,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * kept rows never leave the stage's generated code (nor does a dropped one: the struct is
  * Spark's binary row). Each task appends its dropped rows to one Parquet file in memory and,
  * when the task succeeds, writes it whole to {@code <directory>/batch_id=<N>/part-<partition>-
- * <policy>-<query id>-<run id>.parquet} ({@link DeadLetterFiles}, which also removes what an
- * earlier run left of a micro-batch run again) with the session's Hadoop configuration (the
+ * <policy>-<query id>.parquet} ({@link #fileName}) with the session's Hadoop configuration (the
  * one Spark writes the checkpoint with): one PUT on an object store, a temporary file and a
  * rename elsewhere, as {@code Storage.write_once} does in Python. A retried task writes the
  * same file again; a task that fails writes nothing, and one that cannot write fails (its
@@ -249,10 +248,9 @@ public final class DeadLetterWriter implements Serializable {
     try {
       file.writer.close();
       if (!task.isFailed() && !task.isInterrupted()) {
-        Path folder = new Path(directory + "/batch_id=" + file.batchId);
-        Configuration hadoop = conf.value().value();
-        Hadoop.writeOnce(new Path(folder, DeadLetterFiles.name(task, policy)), file.bytes(), hadoop);
-        DeadLetterFiles.removeStale(folder, directory, policy, task, hadoop);
+        Path target =
+            new Path(directory + "/batch_id=" + file.batchId + "/" + fileName(task, policy));
+        Hadoop.writeOnce(target, file.bytes(), conf.value().value());
       }
     } catch (IOException e) {
       throw new IllegalStateException(
@@ -260,6 +258,18 @@ public final class DeadLetterWriter implements Serializable {
               + directory + ": " + e,
           e);
     }
+  }
+
+  /**
+   * The task's file in its batch's folder: {@code part-<partition>-<policy>-<query id>.parquet}.
+   * Two policies or queries writing to one directory (or one query started again on a new
+   * checkpoint, a new id) write files of their own; a task that runs again writes its own file
+   * again. {@code deadletter.file_name} names the same.
+   */
+  static String fileName(TaskContext task, String policy) {
+    String query = task.getLocalProperty("sql.streaming.queryId");
+    String writer = query == null ? policy : policy + "-" + query;
+    return String.format("part-%05d-%s.parquet", task.partitionId(), writer);
   }
 
   /** One task's file: Parquet, in memory until the task completes, by Spark's writer. */

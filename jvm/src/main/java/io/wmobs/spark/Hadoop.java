@@ -218,9 +218,7 @@ final class Hadoop {
    * task's write replaces the first).
    */
   static void writeOnce(Path target, byte[] data, Configuration conf) throws IOException {
-    // Not named after the target: a dead-letter file's name may take 221 of a folder entry's 255
-    // bytes (a policy's name of 128 characters, the query's and the run's ids).
-    String name = ".wmobs-" + UUID.randomUUID() + ".tmp";
+    String name = "." + target.getName() + "." + UUID.randomUUID() + ".tmp";
     java.io.File file = local(target, conf);
     if (file != null) {
       java.nio.file.Path parent = file.toPath().getParent();

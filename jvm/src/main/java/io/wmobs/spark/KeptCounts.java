@@ -8,6 +8,9 @@ import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
 import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.Set;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
@@ -53,7 +56,17 @@ final class KeptCounts implements Serializable {
    * bounded set. A run forgotten while it still runs lists its folder again, for a micro-batch
    * that counted nothing, and finds no file of that micro-batch's id.
    */
-  private static final Set<String> STARTED = Recent.set(REMEMBERED);
+  private static final Set<String> STARTED =
+      Collections.newSetFromMap(
+          Collections.synchronizedMap(
+              new LinkedHashMap<String, Boolean>() {
+                private static final long serialVersionUID = 1L;
+
+                @Override
+                protected boolean removeEldestEntry(Map.Entry<String, Boolean> eldest) {
+                  return size() > REMEMBERED;
+                }
+              }));
 
   private final Hadoop.Checkpoint checkpoint;
   private final String directory;

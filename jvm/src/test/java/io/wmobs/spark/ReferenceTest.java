@@ -313,20 +313,6 @@ class ReferenceTest {
   }
 
   @Test
-  void staleDeadLetters() throws IOException {
-    for (JsonNode c : load("stale_dead_letters.json").get("cases")) {
-      List<String> names = new ArrayList<>();
-      c.get("names").forEach(name -> names.add(name.asText()));
-      List<String> stale = new ArrayList<>();
-      c.get("stale").forEach(name -> stale.add(name.asText()));
-      List<String> found =
-          DeadLetterFiles.stale(
-              names, c.get("writer").asText(), c.get("run").asText(), c.get("format").asText());
-      assertEquals(stale, found, c.get("case").asText());
-    }
-  }
-
-  @Test
   void idleClockTimelines() throws IOException {
     for (JsonNode c : load("idle_clock.json").get("cases")) {
       long timeout = c.get("timeout_ms").asLong();
