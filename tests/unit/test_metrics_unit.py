@@ -789,13 +789,44 @@ def test_a_name_started_again_and_again_keeps_two_snapshots_not_one_per_run(
 
 def test_a_query_started_again_under_another_name_is_labelled_by_it(rec: MetricsRecorder) -> None:
     """The ``query`` label is the query's name: restarted from its checkpoint (the same id)
-    under a new ``queryName``, its series go on under that name."""
+    under a new ``queryName``, its new run's series are under that name, and the earlier
+    name's stay as they were (never running backwards). The micro-batch the restart runs
+    again is known as one all the same."""
     rec.tracker.on_started("id-1", "run-1", "before")
-    rec.tracker.on_progress(progress_json(id="id-1", name="before", rows=10, run_id="run-1"))
+    for batch in (0, 1):
+        rec.tracker.on_progress(
+            progress_json(id="id-1", name="before", batch_id=batch, rows=10, run_id="run-1")
+        )
     rec.tracker.on_terminated("id-1", None, "run-1")
     rec.tracker.on_started("id-1", "run-2", "after")
-    rec.tracker.on_progress(
-        progress_json(id="id-1", name="after", batch_id=1, rows=5, run_id="run-2")
+    again = rec.tracker.on_progress(
+        progress_json(id="id-1", name="after", batch_id=1, rows=10, run_id="run-2")
     )
-    assert rec.value("wmobs_input_rows_total", query="after") == 15
-    assert rec.value("wmobs_input_rows_total", query="before") is None
+    assert again.replayed
+    rec.tracker.on_progress(
+        progress_json(id="id-1", name="after", batch_id=2, rows=5, run_id="run-2")
+    )
+    assert rec.value("wmobs_input_rows_total", query="after") == 5
+    assert rec.value("wmobs_input_rows_total", query="before") == 20
+    assert rec.value("wmobs_query_active", query="after") == 1
+
+
+def test_a_folded_checkpoint_restarted_still_knows_its_last_micro_batch(
+    rec: MetricsRecorder,
+) -> None:
+    """Runs of one name on checkpoints A, B and C: A's and B's snapshots are folded into one
+    as C starts. A restarted then runs its last micro-batch again (a crash before Spark's
+    commit): known as a re-run, not counted twice. And the end of A's earlier run, heard
+    late, leaves the running one running."""
+    for query_id in ("A", "B", "C"):
+        rec.tracker.on_started(query_id, f"{query_id}-1", "q")
+        rec.tracker.on_progress(
+            progress_json(id=query_id, batch_id=3, rows=10, run_id=f"{query_id}-1")
+        )
+        rec.tracker.on_terminated(query_id, None, f"{query_id}-1")
+    rec.tracker.on_started("A", "A-2", "q")
+    again = rec.tracker.on_progress(progress_json(id="A", batch_id=3, rows=10, run_id="A-2"))
+    assert again.replayed
+    assert rec.value("wmobs_input_rows_total", query="q") == 30
+    rec.tracker.on_terminated("A", None, "A-1")  # late, of the run before
+    assert rec.value("wmobs_query_active", query="q") == 1

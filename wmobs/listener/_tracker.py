@@ -60,7 +60,12 @@ class Tracker:
         """Seconds a terminated query's series stay after it terminated (every query under
         its label terminated that long ago); ``None``: for the tracker's life."""
         self._lock = threading.Lock()
-        self._queries: dict[str, QuerySnapshot] = {}  # by query id
+        # By query id; a label's ended runs folded into one (:meth:`_retire`), or a run of a
+        # query that restarted under another name (:meth:`_renamed`), by a key that is no id.
+        self._queries: dict[str, QuerySnapshot] = {}
+        # The last micro-batch of each query id whose snapshot went into one of those (and its
+        # label): a restart of that checkpoint still knows a micro-batch run again.
+        self._batch_of: dict[str, tuple[str, int | None]] = {}
         self._starts = 0
         self._closed = False
         # When the first label may be forgotten (None: none), so that the listener's callbacks
@@ -75,6 +80,7 @@ class Tracker:
         if snap is None:
             snap = QuerySnapshot(label=name or query_id, query_id=query_id, name=name)
             self._retire(snap.label)
+            snap.batch_id = self._batch_of.pop(query_id, (None, None))[1]
             self._queries[query_id] = snap
             self._started(snap)
         return snap
@@ -83,14 +89,30 @@ class Tracker:
         """The terminated queries of ``label`` folded into one, as a new query comes under it
         (call with the lock held): a named query started again and again on new checkpoints
         (a memory or console sink's temporary one) would otherwise add a snapshot per run
-        while the label lives, each read at every collection."""
-        ended = [s for s in self._queries.values() if s.label == label and not s.active]
+        while the label lives, each read at every collection. The folded one is no query's:
+        a checkpoint restarted has a snapshot of its own again (with its last micro-batch)."""
+        ended = [(k, s) for k, s in self._queries.items() if s.label == label and not s.active]
         if len(ended) < 2:
             return
-        folded = merged(ended)
-        for snap in ended:
-            del self._queries[snap.query_id]
-        self._queries[folded.query_id] = folded
+        folded = merged([s for _, s in ended])
+        for key, snap in ended:
+            del self._queries[key]
+            if key == snap.query_id:
+                self._batch_of[key] = (label, snap.batch_id)
+        self._queries[f"\x00{label}"] = folded
+
+    def _renamed(self, snap: QuerySnapshot, name: str | None) -> QuerySnapshot:
+        """A query restarted from its checkpoint under another name (call with the lock
+        held): its earlier runs stay under their label, whose counters never run backwards,
+        and the new run starts a snapshot under its name (continuing that name's series)."""
+        del self._queries[snap.query_id]
+        snap.active = False
+        if snap.terminated_at is None:
+            snap.terminated_at = self.clock()
+            self._forget_after(snap.terminated_at)
+        self._queries[f"\x00{snap.label}\x00{snap.query_id}"] = snap
+        self._batch_of[snap.query_id] = (snap.label, snap.batch_id)
+        return self._query(snap.query_id, name)
 
     def _started(self, snap: QuerySnapshot) -> None:
         self._starts += 1
@@ -100,13 +122,13 @@ class Tracker:
         with self._lock:
             self._forget_terminated()
             snap = self._query(query_id, name)
+            if snap.name != name:  # started again from its checkpoint under another name
+                snap = self._renamed(snap, name)
             if run_id is not None and snap.run_id == run_id:
                 # A run heard of already (its progress, or its end): a start event that came
                 # late, as Spark Connect's client posts it from the thread that started the
                 # query, while the others come on the listener's. Nothing to undo.
                 return snap
-            if snap.name != name:  # started again from its checkpoint under another name
-                snap.name, snap.label = name, name or query_id
             snap.active = True
             snap.terminated_at = None
             snap.run_id = run_id
@@ -150,11 +172,15 @@ class Tracker:
         dropped_total = 0
 
         with self._lock:
-            snap = self._query(query_id, progress.get("name"))
+            name = progress.get("name")
+            snap = self._query(query_id, name)
+            if snap.name != name:  # a restart under another name, heard before its start
+                snap = self._renamed(snap, name)
             run_id = progress.get("runId")
-            first_of_run = snap.run_batches == 0 or (
-                run_id is not None and str(run_id) != snap.run_id
-            )
+            new_run = run_id is not None and str(run_id) != snap.run_id
+            first_of_run = snap.run_batches == 0 or new_run
+            if new_run:  # (its start event may come later: Spark Connect)
+                self._started(snap)
             snap.run_batches = 1 if first_of_run else snap.run_batches + 1
             if run_id is not None:
                 snap.run_id = str(run_id)
@@ -225,11 +251,15 @@ class Tracker:
         outcome = "failed" if exception else "stopped"
         with self._lock:
             snap = self._query(query_id, None)
-            if run_id is not None:
-                snap.run_id = run_id
-            snap.active = False
-            snap.terminated_at = self.clock()
-            self._forget_after(snap.terminated_at)
+            # The end of an earlier run, heard after the next one began (Spark Connect's
+            # events come on two threads): counted, and the running one left running.
+            earlier = run_id is not None and snap.active and snap.run_id not in (None, run_id)
+            if not earlier:
+                if run_id is not None:
+                    snap.run_id = run_id
+                snap.active = False
+                snap.terminated_at = self.clock()
+                self._forget_after(snap.terminated_at)
             snap.terminations[outcome] += 1
             snap.last_exception = exception
             return copy.deepcopy(snap)
@@ -255,13 +285,19 @@ class Tracker:
             return
         horizon = self.clock() - self.retention
         self._forget_at = None
-        for snaps in self._labels().values():
+        keys: dict[str, list[str]] = {}
+        for key, snap in self._queries.items():
+            keys.setdefault(snap.label, []).append(key)
+        for label, under in keys.items():
+            snaps = [self._queries[k] for k in under]
             ended = [s.terminated_at for s in snaps if not s.active and s.terminated_at is not None]
             if len(ended) < len(snaps):
                 continue  # a query of it runs: looked at again when that one terminates
             if max(ended) < horizon:
-                for snap in snaps:
-                    del self._queries[snap.query_id]
+                for key in under:
+                    del self._queries[key]
+                for query_id in [q for q, (was, _) in self._batch_of.items() if was == label]:
+                    del self._batch_of[query_id]
             else:
                 self._forget_after(max(ended))
 

@@ -48,13 +48,18 @@ final class PolicyInput {
     }
   }
 
+  /** The one name that is {@code column} without case; null for none, or two (ambiguous). */
   private static String spelled(String column, List<String> names) {
+    String found = null;
     for (String name : names) {
       if (name.equalsIgnoreCase(column)) {
-        return name;
+        if (found != null) {
+          return null;
+        }
+        found = name;
       }
     }
-    return null;
+    return found;
   }
 
   /** The input's columns as the options need them, each error naming the argument. */

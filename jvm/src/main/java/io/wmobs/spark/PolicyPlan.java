@@ -4,6 +4,7 @@ import static org.apache.spark.sql.functions.call_function;
 import static org.apache.spark.sql.functions.col;
 import static org.apache.spark.sql.functions.expr;
 import static org.apache.spark.sql.functions.lit;
+import static org.apache.spark.sql.functions.spark_partition_id;
 import static org.apache.spark.sql.functions.struct;
 import static org.apache.spark.sql.functions.timestamp_micros;
 import static org.apache.spark.sql.functions.unix_micros;
@@ -147,9 +148,10 @@ final class PolicyPlan {
       return result;
     }
     // Synthetic rows have moved the watermark; none goes further (the filter names
-    // system_timestamp so the optimizer cannot push it below withWatermark).
+    // system_timestamp so the optimizer cannot push it below withWatermark, and is not
+    // deterministic, so that a user's filter after it stays after it: _plan.py's build).
     Column real = col(IDLE).equalTo(lit(REAL)).or(col(SYSTEM_TIMESTAMP).isNull());
-    return result.where(real).drop(IDLE);
+    return result.where(real.and(spark_partition_id().geq(lit(0)))).drop(IDLE);
   }
 
   private static boolean idle(PolicyOptions options) {
@@ -339,8 +341,11 @@ final class PolicyPlan {
         || type.equals(DataTypes.DateType)) {
       return lit("1970-01-01").cast(type);
     }
-    if (type instanceof StringType || type.equals(DataTypes.BooleanType)
-        || type.equals(DataTypes.BinaryType) || type instanceof org.apache.spark.sql.types.NumericType) {
+    if (type instanceof StringType || type.equals(DataTypes.BinaryType)) {
+      return lit("").cast(type); // (ANSI casts no number to binary)
+    }
+    if (type.equals(DataTypes.BooleanType)
+        || type instanceof org.apache.spark.sql.types.NumericType) {
       return lit(0).cast(type);
     }
     return lit(null).cast(type);
