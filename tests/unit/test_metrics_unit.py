@@ -830,3 +830,47 @@ def test_a_folded_checkpoint_restarted_still_knows_its_last_micro_batch(
     assert rec.value("wmobs_input_rows_total", query="q") == 30
     rec.tracker.on_terminated("A", None, "A-1")  # late, of the run before
     assert rec.value("wmobs_query_active", query="q") == 1
+
+
+_LATE_GLOBAL_PROVIDER = """
+import opentelemetry.metrics as m
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from wmobs.listener import Tracker
+from wmobs.listener.metrics import Instruments
+from wmobs.testing import progress_json
+
+first = Tracker()
+Instruments(first)  # attached before the application sets its global provider
+reader = InMemoryMetricReader()
+provider = MeterProvider(metric_readers=[reader])
+m.set_meter_provider(provider)
+first.close()
+on_global, given = Tracker(), Tracker()
+Instruments(on_global)
+Instruments(given, provider)
+on_global.on_progress(progress_json(name="global", rows=3))
+given.on_progress(progress_json(name="given", rows=4))
+print(sorted(
+    (point.attributes["query"], point.value)
+    for rm in reader.get_metrics_data().resource_metrics
+    for sm in rm.scope_metrics
+    for metric in sm.metrics
+    if metric.name == "wmobs.input.rows"
+    for point in metric.data.data_points
+))
+"""
+
+
+def test_monitors_attached_after_a_global_provider_is_set_late_export_there() -> None:
+    """Attached before the application sets its global meter provider, closed, attached again
+    (on the global provider, or given it): OpenTelemetry's SDK keeps the instruments made
+    first under a name, with their callbacks, and those read the new monitors. (A process of
+    its own: a global provider is set once per process.)"""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LATE_GLOBAL_PROVIDER], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[('given', 4), ('global', 3)]"

@@ -87,6 +87,7 @@ def instruments_on(
     instruments made on each, with a tracker each, would hold every monitor ever attached, and
     only the first one's would be read once a provider is set."""
     with _LOCK:
+        provider = _as_set(provider)
         try:
             made = _BY_PROVIDER.get(provider)
         except TypeError:
@@ -94,3 +95,21 @@ def instruments_on(
         if made is None:
             made = _BY_PROVIDER[provider] = make(provider.get_meter("wmobs", version))
         return made
+
+
+def _as_set(provider: MeterProvider) -> MeterProvider:
+    """The provider whose instruments ``provider``'s are (call with ``_LOCK`` held): the global
+    one the application set, for OpenTelemetry's proxy once it has one, and for that one the
+    instruments made on the proxy before (the SDK keeps the first instruments made under a
+    name, with their callbacks: new ones there would never be read)."""
+    from opentelemetry.metrics import _internal
+
+    proxy = getattr(_internal, "_PROXY_METER_PROVIDER", None)
+    real = getattr(proxy, "_real_meter_provider", None)
+    if proxy is None or real is None:
+        return provider
+    if provider is proxy:
+        provider = real
+    if provider is real and proxy in _BY_PROVIDER and real not in _BY_PROVIDER:
+        _BY_PROVIDER[real] = _BY_PROVIDER[proxy]
+    return provider

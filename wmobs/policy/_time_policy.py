@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from wmobs._spark import qualified_path
+from wmobs._spark import is_relative, qualified_path
 from wmobs.observations import OBSERVATION_PREFIX
 from wmobs.policy._context import Context
 from wmobs.policy._deadletter import DeadLetter, DeadLetterFunction, check_input_columns
@@ -319,6 +319,8 @@ class TimePolicy:
         if sink is not None and sink.directory is not None:
             sink = replace(sink, directory=qualified_path(df.sparkSession, sink.directory))
         root = checkpoint_location or _session_checkpoint_root(df)
+        if root and not is_relative(root):  # (a relative root: resolved where it is read)
+            root = qualified_path(df.sparkSession, root)
         relative_to = engine.reach_checkpoint(
             df.sparkSession, resolved, checkpoint=checkpoint_location, root=root
         )
