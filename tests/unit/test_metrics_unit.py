@@ -760,7 +760,8 @@ def test_a_start_event_heard_after_its_runs_end_or_progress_changes_nothing(
     run = "11111111-2222-4333-8444-555555555555"
     rec.tracker.on_terminated("id-1", "boom", run)
     rec.tracker.on_started("id-1", run, "q")
-    assert rec.value("wmobs_query_active", query="id-1") == 0
+    assert rec.value("wmobs_query_active", query="q") == 0
+    assert rec.value("wmobs_query_terminations_total", query="q", outcome="failed") == 1
     other = "66666666-7777-4888-8999-aaaaaaaaaaaa"
     rec.tracker.on_progress(progress_json(id="id-2", name="r", batch_id=0, run_id=other))
     rec.tracker.on_started("id-2", other, "r")

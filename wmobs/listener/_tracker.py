@@ -104,7 +104,11 @@ class Tracker:
     def _renamed(self, snap: QuerySnapshot, name: str | None) -> QuerySnapshot:
         """A query restarted from its checkpoint under another name (call with the lock
         held): its earlier runs stay under their label, whose counters never run backwards,
-        and the new run starts a snapshot under its name (continuing that name's series)."""
+        and the new run starts a snapshot under its name (continuing that name's series). A
+        query heard of only by its end has had no name yet: it takes this one."""
+        if snap.name is None and snap.label == snap.query_id:
+            snap.name, snap.label = name, name or snap.query_id
+            return snap
         del self._queries[snap.query_id]
         snap.active = False
         if snap.terminated_at is None:
