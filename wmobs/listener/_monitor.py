@@ -398,9 +398,10 @@ def attach(
         tracker.close()
         raise
 
+    log = logger if logger is not None else _log
     already = [m for m in list(_monitors) if not m.closed and m._spark is spark]
     if already:
-        (logger if logger is not None else _log).warning(
+        log.warning(
             "wmobs.attached_twice",
             metrics_url=already[0].metrics_url,
             hint="this session already has a wmobs monitor: a second one adds a second listener, "
@@ -425,7 +426,7 @@ def attach(
         server=server,
         registry=registry,
         prometheus_addr=prometheus_addr if server is not None else None,
-        logger=logger,
+        logger=log,
     )
     _monitors.add(monitor)
     try:
@@ -437,7 +438,7 @@ def attach(
     except BaseException:
         monitor.close()
         raise
-    monitor._log.info(
+    log.info(
         "wmobs.attached",
         metrics_url=monitor.metrics_url,
         otlp=bool(otlp_endpoint),
