@@ -273,3 +273,35 @@ def test_an_input_with_the_columns_dead_letters_add_is_refused() -> None:
     check_input_columns(["id", "EventTime", "batch_id"])
     with pytest.raises(ValueError, match="dead_letter: column 'wmobs_policy' is one that dead"):
         check_input_columns(["id", "wmobs_rule", "wmobs_policy"])
+
+
+def test_a_policy_in_a_pipeline_is_handed_over_in_microseconds_and_named_after_its_flow() -> None:
+    """In a pipeline's query function the extension reads the policy's options: durations as
+    Python resolved them (Java's parser reads neither a non-breaking space nor another
+    script's digits), and an unnamed policy named after its flow, the same in every run
+    (not counted in the order the pipeline imports its files)."""
+    from wmobs.policy._pipeline import flow_policy_name, sql_options
+
+    policy = TimePolicy(
+        late_arrival="5\u00a0minutes",
+        out_of_order=timedelta(seconds=2),
+        substream_by=["deviceId"],
+        idle_timeout="\u0661 minute",
+    )
+    options = sql_options(
+        policy, name="judged", sink=None, checkpoint_location=None, arrival_default=True
+    )
+    assert options["late_arrival"] == "300000000 microseconds"
+    assert options["out_of_order"] == "2000000 microseconds"
+    assert options["idle_timeout"] == "60000000 microseconds"
+    assert options["early_arrival"] == "300000000 microseconds"
+    assert (options["substream_ttl"], options["idle_check_interval"]) == (None, None)
+    assert options["name"] == "judged"
+    assert "arrival_time" not in options
+    assert (
+        flow_policy_name("spark_catalog.default.judged", longest=128)
+        == "spark_catalog.default.judged"
+    )
+    assert flow_policy_name("my flow/ä", longest=128) == "my_flow_"
+    assert flow_policy_name("..", longest=128) == "_"
+    assert len(flow_policy_name("f" * 300, longest=128)) == 128

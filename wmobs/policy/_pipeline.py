@@ -12,14 +12,14 @@ JVM engine (:func:`wmobs.policy._engine.planned_in_pipeline`), which plans the c
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wmobs.policy._deadletter import DeadLetter
     from wmobs.policy._time_policy import TimePolicy
 
-__all__ = ["pipeline_flow", "sql_options"]
+__all__ = ["flow_policy_name", "pipeline_flow", "sql_options"]
 
 
 def pipeline_flow(spark: Any) -> str | None:
@@ -46,15 +46,27 @@ def pipeline_flow(spark: Any) -> str | None:
     return None
 
 
-def _duration(value: str | timedelta | None) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return f"{value // timedelta(microseconds=1)} microseconds"
+def _duration(us: int | None) -> str | None:
+    """A duration the policy resolved (to microseconds, as its checks read it), in the form
+    the extension reads: not the text the user wrote, which Python's parser may read where
+    Java's would not (a non-breaking space, another script's digits)."""
+    return None if us is None else f"{us} microseconds"
+
+
+def flow_policy_name(flow: str, *, longest: int) -> str:
+    """An unnamed policy's name in pipeline flow ``flow``: the flow's own (its characters that
+    a policy's name cannot have as ``_``), the same in every run. The name generated outside a
+    pipeline counts policies in the order they are made, which here is the order the pipeline
+    imports its files: a file added would rename the policies of the files after it, and their
+    counts' folders in the flows' checkpoints with them. At most ``longest`` characters."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", flow)[:longest]
+    return name if name.strip(".") else "_"
 
 
 def sql_options(
     policy: TimePolicy,
     *,
+    name: str,
     sink: DeadLetter | None,
     checkpoint_location: str | None,
     arrival_default: bool,
@@ -62,22 +74,24 @@ def sql_options(
     """``policy``'s options as SQL's ``wmobs_time_policy`` takes them, for the extension to plan
     without analysing the input. ``arrival_default``: ``arrival_time`` left at its default
     (which the extension applies alike: the column ``ArrivalTime`` where the input has one,
-    else the micro-batch's time)."""
+    else the micro-batch's time). ``name``: the policy's, or for an unnamed one its flow's
+    (:func:`flow_policy_name`)."""
+    us = policy.tolerances
     options: dict[str, Any] = {
         "event_time": policy.event_time,
-        "early_arrival": _duration(policy.early_arrival),
+        "early_arrival": _duration(us.early_arrival_us),
         "early_arrival_action": policy.early_arrival_action,
-        "late_arrival": _duration(policy.late_arrival),
+        "late_arrival": _duration(us.late_arrival_us),
         "late_arrival_action": policy.late_arrival_action,
-        "out_of_order": _duration(policy.out_of_order),
+        "out_of_order": _duration(us.out_of_order_us),
         "out_of_order_action": policy.out_of_order_action,
         "substream_by": None if policy.substream_by is None else ",".join(policy.substream_by),
-        "substream_ttl": _duration(policy.substream_ttl),
-        "substream_skew": _duration(policy.substream_skew),
-        "idle_timeout": _duration(policy.idle_timeout),
-        "idle_check_interval": _duration(policy.idle_check_interval),
+        "substream_ttl": _duration(us.substream_ttl_us),
+        "substream_skew": _duration(us.substream_skew_us),
+        "idle_timeout": _duration(us.idle_timeout_us),
+        "idle_check_interval": _duration(us.idle_check_interval_us),
         "distributions": policy.distributions,
-        "name": policy.state_name,
+        "name": name,
         "dead_letter": None if sink is None else sink.directory,
         "checkpoint_location": checkpoint_location,
     }

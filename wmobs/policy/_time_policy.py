@@ -273,7 +273,7 @@ class TimePolicy:
             )
         resolved = Storage.of(storage)
         sink = None if dead_letter is None else DeadLetter.of(dead_letter).with_storage(resolved)
-        from wmobs.policy._pipeline import pipeline_flow, sql_options
+        from wmobs.policy._pipeline import flow_policy_name, pipeline_flow, sql_options
 
         flow = pipeline_flow(df.sparkSession)
         if flow is not None:  # nothing may analyse df here: the extension plans the policy
@@ -283,6 +283,9 @@ class TimePolicy:
                 df,
                 lambda: sql_options(
                     self,
+                    name=flow_policy_name(flow, longest=MAX_NAME)
+                    if self.name is None
+                    else self.name,
                     sink=sink,
                     checkpoint_location=checkpoint_location,
                     arrival_default=isinstance(self.arrival_time, _DefaultColumn),

@@ -27,8 +27,7 @@ def judged_per_device():  # type: ignore[no-untyped-def]
         late_arrival="5 minutes",
         out_of_order="2 minutes",
         substream_by=["deviceId"],
-        name="judged_per_device",
-    )
+    )  # unnamed: in a pipeline, a policy takes its flow's name (here judged_per_device)
     return policy.apply(spark.readStream.table("events"))
 
 
