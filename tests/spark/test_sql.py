@@ -157,12 +157,32 @@ def test_the_timestamp_by_parser_reads_spark_sql_as_spark_does(spark: Any, tmp_p
             spark.sql("SELECT * FROM wmobs_time_policy(TABLE(set_events))").collect()
     finally:
         spark.conf.unset("spark.wmobs.sql.late_arival")
+    # A setting for the policies with an idle timeout is left by those without one; an error
+    # of a column that a setting names names the setting.
+    spark.conf.set("spark.wmobs.sql.idle_check_interval", "10 seconds")
+    spark.conf.set("spark.wmobs.sql.substream_by", "device")
+    try:
+        call = "SELECT * FROM wmobs_time_policy(TABLE(set_events){})"
+        assert "system_timestamp" in spark.sql(call.format(", substream_by => NULL")).columns
+        missing = r"spark\.wmobs\.sql\.substream_by: column 'device' is not in the input"
+        with pytest.raises(Exception, match=missing):
+            spark.sql(call.format("")).collect()
+    finally:
+        spark.conf.unset("spark.wmobs.sql.idle_check_interval")
+        spark.conf.unset("spark.wmobs.sql.substream_by")
+    judged = spark.sql(
+        "SELECT * FROM wmobs_time_policy(TABLE(set_events), distributions => 'false')"
+    )
+    assert "system_timestamp" in judged.columns
 
 
 @pytest.mark.parametrize(
     ("options", "error"),
     [
         ("evnt_time => 'EventTime'", r"no option evnt_time; the options are event_time, "),
+        ("evnt_time => current_timestamp()", r"no option evnt_time; the options are event_"),
+        ("substream_by => array('id', NULL)", r"substream_by: a NULL in array\("),
+        ("distributions => 'maybe'", r"distributions: expected true or false, got maybe"),
         ("event_time => 'when'", r"event_time: column 'when' is not in the input \(columns: id,"),
         ("arrival_time => 'id'", r"arrival_time: column 'id' is int, expected timestamp; epoch"),
         ("late_arrival => '5 parsecs'", r"late_arrival: '5 parsecs' is not a duration"),

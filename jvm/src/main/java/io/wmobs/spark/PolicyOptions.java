@@ -90,6 +90,15 @@ record PolicyOptions(
     return units;
   }
 
+  /** An error naming {@code key} where it is no option. */
+  static void known(String key) {
+    if (!DEFAULTS.containsKey(key)) {
+      throw new IllegalArgumentException(
+          "wmobs_time_policy: no option " + key + "; the options are "
+              + String.join(", ", DEFAULTS.keySet()));
+    }
+  }
+
   /**
    * The options given ({@code given}: name, lower case -> value: a String, Boolean or null),
    * the others at their defaults. {@code columns}: the input's, for {@code arrival_time}'s
@@ -97,13 +106,7 @@ record PolicyOptions(
    * time).
    */
   static PolicyOptions of(Map<String, Object> given, Set<String> columns) {
-    for (String key : given.keySet()) {
-      if (!DEFAULTS.containsKey(key)) {
-        throw new IllegalArgumentException(
-            "wmobs_time_policy: no option " + key + "; the options are "
-                + String.join(", ", DEFAULTS.keySet()));
-      }
-    }
+    given.keySet().forEach(PolicyOptions::known);
     Map<String, Object> all = new LinkedHashMap<>(DEFAULTS);
     all.putAll(given);
     String eventTime = text(all, "event_time", false);

@@ -76,6 +76,7 @@ final class PolicyTable {
       if (options.containsKey(key)) {
         throw new IllegalArgumentException(NAME + ": option " + key + " given twice");
       }
+      PolicyOptions.known(key); // before its value: the error names it, whatever that is
       options.put(key, value(key, named.value()));
     }
     LogicalPlan input = table.plan();
@@ -92,15 +93,20 @@ final class PolicyTable {
       settings.remove("substream_ttl");
       settings.remove("substream_skew");
     }
+    Object idle = options.containsKey("idle_timeout") ? options.get("idle_timeout")
+        : settings.get("idle_timeout");
+    if (idle == null) { // and its idle check interval for those with an idle timeout
+      settings.remove("idle_check_interval");
+    }
     Set<String> fromSession = new java.util.HashSet<>(settings.keySet());
     fromSession.removeAll(options.keySet());
     settings.putAll(options); // a call's own options before the session's
     if (!SQLConf.get().caseSensitiveAnalysis()) {
       PolicyInput.spellAsTheInput(settings, names);
     }
-    PolicyOptions policy;
-    try {
-      policy = PolicyOptions.of(settings, new java.util.HashSet<>(names));
+    try { // the options' checks, then the input's columns and the dead letters' directory
+      PolicyOptions policy = PolicyOptions.of(settings, new java.util.HashSet<>(names));
+      return Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy));
     } catch (IllegalArgumentException e) {
       String option = String.valueOf(e.getMessage()).split(":", 2)[0];
       if (fromSession.contains(option)) { // the session's setting, not the call's argument
@@ -108,7 +114,6 @@ final class PolicyTable {
       }
       throw e;
     }
-    return Scala.plan(PolicyPlan.apply(Scala.dataset(spark, input), policy));
   }
 
   /**
@@ -193,11 +198,19 @@ final class PolicyTable {
       return found;
     }
     if (found instanceof UTF8String text) {
-      return text.toString();
+      String given = text.toString();
+      if (key.equals("distributions") // as its session setting takes it: 'true' or 'false'
+          && (given.equalsIgnoreCase("true") || given.equalsIgnoreCase("false"))) {
+        return Boolean.parseBoolean(given.toLowerCase(Locale.ROOT));
+      }
+      return given;
     }
     if (found instanceof ArrayData array && value.dataType() instanceof ArrayType type) {
       StringBuilder joined = new StringBuilder();
       for (int i = 0; i < array.numElements(); i++) {
+        if (array.isNullAt(i)) {
+          throw new IllegalArgumentException(key + ": a NULL in " + value.sql());
+        }
         joined.append(i == 0 ? "" : ",").append(array.get(i, type.elementType()));
       }
       return joined.toString();

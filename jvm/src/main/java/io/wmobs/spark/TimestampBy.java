@@ -8,6 +8,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Set;
+import java.util.regex.Pattern;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.parser.ParserInterface;
 
@@ -43,6 +44,10 @@ public final class TimestampBy {
           "RIGHT", "FULL", "CROSS", "NATURAL", "ANTI", "SEMI", "ON", "USING", "UNION", "EXCEPT",
           "INTERSECT", "MINUS", "WINDOW", "LATERAL", "CLUSTER", "DISTRIBUTE", "SORT", "QUALIFY",
           "PIVOT", "UNPIVOT", "TABLESAMPLE", "WATERMARK");
+
+  /** A number, not a name: digits, with a literal's suffix or an exponent. */
+  private static final Pattern NUMBER =
+      Pattern.compile("[0-9]+(?:[LSYDF]|BD|E[0-9]+)?", Pattern.CASE_INSENSITIVE);
 
   private TimestampBy() {}
 
@@ -165,14 +170,21 @@ public final class TimestampBy {
       int i = stream ? 1 : 0;
       boolean subquery = relation.get(i).is("(");
       String named = null; // events, of db.events
+      List<String> qualifier = List.of(); // what may qualify its columns: db, events
       if (subquery) {
-        i = closing(relation, i) + 1;
+        int close = closing(relation, i);
+        if (stream && close > i + 1 && dotted(relation, i + 1) == close) { // STREAM(db.events)
+          named = relation.get(close - 1).text(sql);
+          qualifier = names(sql, relation, i + 1, close);
+        }
+        i = close + 1;
       } else {
         int after = dotted(relation, i);
         if (after == i) {
           throw error("TIMESTAMP BY follows no table", sql, relation.get(i));
         }
         named = relation.get(after - 1).text(sql);
+        qualifier = names(sql, relation, i, after);
         i = after;
       }
       String relationText = sql.substring(relation.get(0).start, relation.get(i - 1).end);
@@ -182,6 +194,7 @@ public final class TimestampBy {
       String given = null;
       if (i < relation.size() && relation.get(i).word()) {
         given = relation.get(i).text(sql);
+        qualifier = List.of(relation.get(i).name(sql)); // an alias hides the table's name
         i++;
       }
       if (i != relation.size()) {
@@ -193,7 +206,10 @@ public final class TimestampBy {
       depth = 0;
       while (end < tokens.size()) {
         Token token = tokens.get(end);
-        if (depth == 0 && (token.is(")") || token.is(",") || token.is(";") || token.clause())) {
+        if (depth == 0
+            && (token.is(")") || token.is(",") || token.is(";") || token.clause()
+                || token.is("|") && end + 1 < tokens.size() && tokens.get(end + 1).is(">")
+                    && tokens.get(end + 1).start == token.end)) { // a pipe, |>
           break;
         }
         depth += token.is("(") ? 1 : token.is(")") ? -1 : 0;
@@ -203,10 +219,15 @@ public final class TimestampBy {
         throw error("TIMESTAMP BY names no event time", sql, tokens.get(timestamp + 1));
       }
       List<Token> expression = tokens.subList(first, end);
-      boolean column = dotted(expression, 0) == expression.size(); // a, `a b`, t.a
-      String eventTime = column ? expression.get(expression.size() - 1).name(sql) : COMPUTED;
-      String computed =
-          column ? null : sql.substring(expression.get(0).start, tokens.get(end - 1).end);
+      String eventTime = // a, `a b`, e.a; not a struct's field, s.a: an expression
+          dotted(expression, 0) == expression.size()
+              ? column(names(sql, expression, 0, expression.size()), qualifier)
+              : null;
+      String computed = null;
+      if (eventTime == null) {
+        computed = sql.substring(expression.get(0).start, tokens.get(end - 1).end);
+        eventTime = COMPUTED;
+      }
       // The keys of OVER: column names, separated by commas.
       List<String> keys = new ArrayList<>();
       int next = end;
@@ -217,7 +238,12 @@ public final class TimestampBy {
             Token near = tokens.get(Math.min(next + 1, tokens.size() - 1));
             throw error("OVER names no key column", sql, near);
           }
-          keys.add(tokens.get(after - 1).name(sql));
+          String key = column(names(sql, tokens, next + 1, after), qualifier);
+          if (key == null) {
+            throw error("OVER takes the input's columns, not a struct's field (select it into a"
+                + " column first)", sql, tokens.get(next + 1));
+          }
+          keys.add(key);
           next = after;
         } while (next + 1 < tokens.size() && tokens.get(next).is(","));
       }
@@ -276,6 +302,36 @@ public final class TimestampBy {
       i += 2;
     }
     return i;
+  }
+
+  /** The names of {@code name(.name)*} from {@code from} to {@code to}, without backquotes. */
+  private static List<String> names(String sql, List<Token> tokens, int from, int to) {
+    List<String> names = new ArrayList<>();
+    for (int i = from; i < to; i += 2) {
+      names.add(tokens.get(i).name(sql));
+    }
+    return names;
+  }
+
+  /**
+   * The input's column that {@code name(.name)*} names: its last name, where the names before
+   * it qualify it by the input ({@code qualifier}: its alias, or its table's name, of which a
+   * tail will do: {@code events.t}, {@code db.events.t}); null where they do not ({@code
+   * payload.t}: a struct's field).
+   */
+  static String column(List<String> names, List<String> qualifier) {
+    int prefix = names.size() - 1;
+    if (prefix > qualifier.size()) {
+      return null;
+    }
+    for (int i = 0; i < prefix; i++) {
+      String given = names.get(i);
+      String expected = qualifier.get(qualifier.size() - prefix + i);
+      if (!given.equalsIgnoreCase(expected)) {
+        return null;
+      }
+    }
+    return names.get(prefix);
   }
 
   /** The index of the {@code )} that closes the {@code (} at {@code open}. */
@@ -359,23 +415,17 @@ public final class TimestampBy {
         char kind = Token.OTHER;
         if (c == '\'' || c == '"' || c == '`') {
           i++;
-          while (i < n && sql.charAt(i) != c) {
-            i += c != '`' && sql.charAt(i) == '\\' ? 2 : 1;
-          }
+          while (i < n && (sql.charAt(i) != c || c == '`' && sql.startsWith("``", i))) {
+            i += sql.charAt(i) == '\\' && c != '`' || sql.charAt(i) == '`' ? 2 : 1;
+          } // `a``b``c`: one name
           i++;
-          if (c == '`' && i < n && sql.charAt(i) == '`') { // `a``b`: one name
-            i++;
-            while (i < n && sql.charAt(i) != '`') {
-              i++;
-            }
-            i++;
-          }
           kind = c == '`' ? Token.QUOTED : Token.OTHER;
         } else if (Character.isLetterOrDigit(c) || c == '_') {
           while (i < n && (Character.isLetterOrDigit(sql.charAt(i)) || sql.charAt(i) == '_')) {
             i++;
           }
-          kind = Character.isDigit(c) ? Token.OTHER : Token.WORD;
+          // 2024_events is a name, as in Spark; 42, 42L, 1E3 and 2BD are numbers
+          kind = NUMBER.matcher(sql.substring(start, i)).matches() ? Token.OTHER : Token.WORD;
         } else {
           i++;
         }

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
@@ -25,7 +26,7 @@ class TimestampByTest {
     assertEquals(
         "select * from wmobs_time_policy(TABLE(db.events), event_time => 'EventTime',"
             + " substream_by => 'a, b', name => 'events') AS events",
-        rewrite("select * from db.events timestamp by e.EventTime over e.a, `b`"));
+        rewrite("select * from db.events timestamp by Events.EventTime over db.events.a, `b`"));
     assertEquals(
         "SELECT * FROM wmobs_time_policy(TABLE(events), event_time => 'event time',"
             + " name => 'e') AS e GROUP BY 1",
@@ -43,6 +44,49 @@ class TimestampByTest {
             + " wmobs_event_time FROM events AS e), event_time => 'wmobs_event_time',"
             + " substream_by => 'id', name => 'e') AS e",
         rewrite("SELECT * FROM events e TIMESTAMP BY CAST(ts AS TIMESTAMP) OVER id"));
+  }
+
+  @Test
+  void aDottedNameNotQualifiedByTheInputIsAStructsField() {
+    // payload.ts: a field of the column payload, computed into a column (not the column ts)
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(SELECT *, payload.ts AS wmobs_event_time FROM"
+            + " events), event_time => 'wmobs_event_time', name => 'events') AS events",
+        rewrite("SELECT * FROM events TIMESTAMP BY payload.ts"));
+    // an alias hides the table's name, as in Spark
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(SELECT *, events.t AS wmobs_event_time FROM"
+            + " events AS e), event_time => 'wmobs_event_time', name => 'e') AS e",
+        rewrite("SELECT * FROM events AS e TIMESTAMP BY events.t"));
+    assertEquals(
+        "SELECT * FROM wmobs_time_policy(TABLE(events), event_time => 't',"
+            + " substream_by => 'id', name => 'e') AS e",
+        rewrite("SELECT * FROM events e TIMESTAMP BY E.t OVER `e`.id"));
+    assertEquals("t", TimestampBy.column(List.of("t"), List.of()));
+    assertNull(TimestampBy.column(List.of("a", "t"), List.of()));
+    assertNull(TimestampBy.column(List.of("c", "db", "t"), List.of("db", "events")));
+    IllegalArgumentException error =
+        assertThrows(
+            IllegalArgumentException.class,
+            () -> rewrite("SELECT * FROM events TIMESTAMP BY t OVER device.id"));
+    assertTrue(error.getMessage().contains("OVER takes the input's columns"), error.getMessage());
+  }
+
+  @Test
+  void namesAndClausesAsSparkReadsThem() {
+    assertEquals( // doubled backquotes, a name that starts with digits
+        "SELECT * FROM wmobs_time_policy(TABLE(2024_events), event_time => 'a`b`c',"
+            + " name => '2024_events') AS 2024_events",
+        rewrite("SELECT * FROM 2024_events TIMESTAMP BY `a``b``c`"));
+    assertEquals( // Spark 4's pipe: the event time ends before it
+        "FROM wmobs_time_policy(TABLE(events), event_time => 't', name => 'events') AS events"
+            + " |> WHERE x > 1",
+        rewrite("FROM events TIMESTAMP BY t |> WHERE x > 1"));
+    assertEquals( // a pipeline's STREAM(events) is named events, as STREAM events is
+        "SELECT * FROM wmobs_time_policy(TABLE(SELECT * FROM STREAM(events)), event_time =>"
+            + " 't', name => 'events') AS events",
+        rewrite("SELECT * FROM STREAM(events) TIMESTAMP BY t"));
+    assertNull(rewrite("SELECT 42L, 1E3, 2BD FROM t"));
   }
 
   @Test
