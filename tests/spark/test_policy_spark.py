@@ -442,20 +442,51 @@ def _restarted_substreams(spark: Any, tmp_path: Path, engine: str) -> None:
 def test_the_jvm_engine_refuses_the_per_key_state_files_of_wmobs_0_2(
     spark: Any, tmp_path: Path
 ) -> None:
-    """A checkpoint with the per-key state files that wmobs 0.2 (and the Python engine) keep
-    beside Spark's: the JVM engine keeps that state in Spark's state store now and cannot read
-    them, so the query stops with an error saying what to do, rather than start every key's
-    watermark afresh unseen."""
-    files = tmp_path / "ckpt-legacy" / "wmobs" / "substreams" / "legacy" / "64"
-    files.mkdir(parents=True)
-    (files / "0-1.arrow").write_bytes(b"")
+    """A checkpoint that ran substreams with the per-key state files that wmobs 0.2 (and the
+    Python engine) keep beside Spark's: the JVM engine keeps that state in a stateful operator
+    of Spark's, which Spark cannot add to a checkpoint that ran without it, so the query stops
+    as it plans its first micro-batch with wmobs' error saying what to do (not Spark's own, of
+    a state missing), rather than start every key's watermark afresh unseen. Where Spark has
+    no Python engine (3.5), a checkpoint that ran a global policy, with such files put in."""
     write_rows(tmp_path / "in", "1", [{"id": 1, "EventTime": ts("12:10"), "deviceId": "A"}])
-    policy = TimePolicy(arrival_time=None, substream_by=["deviceId"], name="legacy", engine="jvm")
+    jvm = TimePolicy(arrival_time=None, substream_by=["deviceId"], name="legacy", engine="jvm")
+    files = tmp_path / "ckpt-legacy" / "wmobs" / "substreams" / "legacy"
+    if "python" in engines(spark):
+        run_policy(spark, replace(jvm, engine="python"), tmp_path / "in", tmp_path, "legacy")
+        assert files.is_dir()
+    else:
+        run_policy(spark, replace(jvm, substream_by=None), tmp_path / "in", tmp_path, "legacy")
+        (files / "64").mkdir(parents=True)
+        (files / "64" / "0-1.arrow").write_bytes(b"")
+    write_rows(tmp_path / "in", "2", [{"id": 2, "EventTime": ts("12:11"), "deviceId": "A"}])
     with pytest.raises(Exception, match=r"substreams' per-key state as wmobs 0\.2") as failed:
-        run_policy(spark, policy, tmp_path / "in", tmp_path, "legacy")
+        run_policy(spark, jvm, tmp_path / "in", tmp_path, "legacy")
     message = str(failed.value)
-    assert str(files.parent) in message
-    assert "delete that folder" in message and "new checkpoint" in message
+    assert str(files) in message, message
+    assert "new checkpoint" in message and 'engine="python"' in message, message
+
+
+def test_substreams_planned_for_rocksdb_on_another_stores_checkpoint_say_so(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark restores the state store provider a checkpoint began with, whatever the session
+    sets; substreams planned in ``transformWithState`` (RocksDB only) because the session sets
+    RocksDB, on a checkpoint that began on Spark's default store, stop with wmobs' error
+    saying so, before Spark's own."""
+    if int(spark.version.split(".")[0]) < 4:
+        pytest.skip("Spark 3.5 has no transformWithState")
+    write_rows(tmp_path / "in", "1", [{"id": 1, "EventTime": ts("12:10"), "deviceId": "A"}])
+    policy = TimePolicy(arrival_time=None, substream_by=["deviceId"], name="store", engine="jvm")
+    out = tmp_path / "out"
+    with state_store(
+        spark, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    ):
+        run_policy(spark, policy, tmp_path / "in", tmp_path, "store", parquet=out)
+    write_rows(tmp_path / "in", "2", [{"id": 2, "EventTime": ts("12:11"), "deviceId": "A"}])
+    refused = pytest.raises(Exception, match="restores the state store provider")
+    with state_store(spark, ROCKSDB), refused as failed:
+        run_policy(spark, policy, tmp_path / "in", tmp_path, "store", parquet=out)
+    assert "HDFSBackedStateStoreProvider" in str(failed.value)
 
 
 def test_the_python_engine_on_the_jvm_engines_substreams_is_stopped_by_spark(

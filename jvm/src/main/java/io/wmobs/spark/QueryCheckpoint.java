@@ -1,8 +1,15 @@
 package io.wmobs.spark;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.UUID;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
 
@@ -35,6 +42,9 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
   static final String WATERMARK = "wmobs.batch.watermarkMs";
   /** The running micro-batch's time, ms. */
   static final String TIMESTAMP = "wmobs.batch.timestampMs";
+  /** The run of the query whose micro-batch {@link #BATCH} is. */
+  static final String RUN = "wmobs.batch.run";
+  private static final String PROVIDER = "spark.sql.streaming.stateStore.providerClass";
 
   private final SparkSession spark;
 
@@ -84,11 +94,77 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
     if (!checkpointKnown) {
       Object root = execution.getClass().getMethod("resolvedCheckpointRoot").invoke(execution);
       if (root instanceof String found && !found.isEmpty()) {
+        String refusedHere = substreamsRefused(plan, found);
+        if (refusedHere != null) { // before Spark looks for the operator's state, and fails
+          return refusedHere;
+        }
         context.setLocalProperty(ROOT, found);
         context.setLocalProperty(QUERY, id);
       }
     }
     return refused;
+  }
+
+  /**
+   * Why substreams that {@code plan} keeps in Spark's state store (found by their {@link
+   * RowBytes.Pack}) cannot run on the checkpoint at {@code root}, or null: their operator
+   * planned in {@code transformWithState} where Spark restored another state store provider
+   * than RocksDB from the checkpoint; or the checkpoint has per-key state files of wmobs 0.2
+   * or of the Python engine in their Pack's folder ({@link Substreams.Legacy#message}). Such
+   * a query stops as it plans its first micro-batch, before Spark finds its operator's state
+   * missing or of another kind and stops it with an error of its own.
+   */
+  private String substreamsRefused(LogicalPlan plan, String root) {
+    Set<String> folders = new TreeSet<>();
+    Set<String> operators = new TreeSet<>();
+    packed(plan, folders, operators);
+    if (folders.isEmpty()) {
+      return null;
+    }
+    // The stream's own configuration, where Spark restored the checkpoint's settings.
+    String provider = org.apache.spark.sql.internal.SQLConf.get().getConfString(PROVIDER, "");
+    if (operators.contains("TransformWithState")
+        && !provider.endsWith(".RocksDBStateStoreProvider")) {
+      return "wmobs: substreams were planned in Spark's transformWithState, which runs on RocksDB"
+          + " only, as the session sets spark.sql.streaming.stateStore.providerClass to it; but"
+          + " Spark restores the state store provider a checkpoint began with, whatever the"
+          + " session sets, and this query's checkpoint began with "
+          + (provider.isEmpty() ? "Spark's default" : provider)
+          + ". Apply the policy with the session's setting as the checkpoint began (unset it),"
+          + " or start the query on a new checkpoint.";
+    }
+    Configuration hadoop = spark.sessionState().newHadoopConf();
+    for (String folder : folders) {
+      Path path = new Path(root + "/" + folder);
+      try {
+        if (path.getFileSystem(hadoop).exists(path)) {
+          return Substreams.Legacy.message(path.toString());
+        }
+      } catch (IOException e) {
+        throw new UncheckedIOException(e); // the tasks look again (Substreams.Legacy)
+      }
+    }
+    return null;
+  }
+
+  /** The folders of the plan's {@link RowBytes.Pack}s, and the names of its operators. */
+  private static void packed(LogicalPlan plan, Set<String> folders, Set<String> operators) {
+    operators.add(plan.getClass().getSimpleName());
+    for (Expression e : Scala.list(plan.expressions())) {
+      packed(e, folders);
+    }
+    for (LogicalPlan child : Scala.list(plan.children())) {
+      packed(child, folders, operators);
+    }
+  }
+
+  private static void packed(Expression e, Set<String> folders) {
+    if (e instanceof RowBytes.Pack pack && !pack.folder().isEmpty()) {
+      folders.add(pack.folder());
+    }
+    for (Expression child : Scala.list(e.children())) {
+      packed(child, folders);
+    }
   }
 
   /** The micro-batch's watermark and time, from where Spark fixed them before planning it. */
@@ -112,6 +188,8 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
     context.setLocalProperty(TIMESTAMP, Long.toString(timestamp));
     context.setLocalProperty(BATCH, batch);
     context.setLocalProperty(BATCH_QUERY, id);
+    Object run = execution.getClass().getMethod("runId").invoke(execution);
+    context.setLocalProperty(RUN, String.valueOf(run));
   }
 
   /**

@@ -38,13 +38,20 @@ public final class RowBytes {
     return new Place();
   }
 
+  /**
+   * {@code wmobs_row_pack([folder,] struct)}; {@code folder}: where, below the query's
+   * checkpoint, the per-key state files of wmobs 0.2 and of the Python engine would be for the
+   * substreams that pack rows so, which the query must not have ({@link
+   * QueryCheckpoint#legacyFolder}).
+   */
   static Expression pack(List<Expression> arguments) {
-    Spec.arity(PACK, arguments, 1);
-    Expression struct = arguments.get(0);
+    Spec.arity(PACK, arguments, 1, 2);
+    String folder = arguments.size() == 2 ? Spec.text(PACK, arguments) : "";
+    Expression struct = arguments.get(arguments.size() - 1);
     if (!(struct.dataType() instanceof StructType)) {
       throw new IllegalArgumentException("wmobs: " + PACK + " takes a struct, not " + struct);
     }
-    return new Pack(struct);
+    return new Pack(struct, folder);
   }
 
   static Expression unpack(List<Expression> arguments) {
@@ -85,10 +92,17 @@ public final class RowBytes {
   public static final class Pack extends WmobsExpression implements Serializable {
     private static final long serialVersionUID = 1L;
     private final Expression struct;
+    private final String folder;
     private transient UnsafeProjection project;
 
-    Pack(Expression struct) {
+    Pack(Expression struct, String folder) {
       this.struct = struct;
+      this.folder = folder;
+    }
+
+    /** The substreams' folder of per-key state files a query must not have ("": none). */
+    String folder() {
+      return folder;
     }
 
     /**
@@ -124,12 +138,12 @@ public final class RowBytes {
 
     @Override
     protected Expression withArguments(List<Expression> arguments) {
-      return new Pack(arguments.get(0));
+      return new Pack(arguments.get(0), folder);
     }
 
     @Override
     protected List<Object> fields() {
-      return List.of(struct);
+      return List.of(struct, folder);
     }
 
     @Override

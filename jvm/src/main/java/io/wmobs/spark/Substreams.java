@@ -172,7 +172,7 @@ public final class Substreams {
             (settings.idle == null ? lit(REAL) : named(settings.idle))
                 .cast(DataTypes.LongType)
                 .as("idle"),
-            call_function(RowBytes.PACK, struct(rowColumns)).as("row"));
+            call_function(RowBytes.PACK, lit(settings.files), struct(rowColumns)).as("row"));
     KeyJudge judge =
         new KeyJudge(settings, RowBytes.placeholder(rowSchema), Legacy.onDriver(settings));
     KeyValueGroupedDataset<Long, In> grouped =
@@ -344,11 +344,11 @@ public final class Substreams {
     /** What a query on a checkpoint with the per-key state files of wmobs 0.2 is told. */
     static String message(String root) {
       return "wmobs: the checkpoint holds substreams' per-key state as wmobs 0.2 (or the Python"
-          + " engine) kept it, in " + root + "; the JVM engine now keeps it in Spark's state"
-          + " store and cannot read those files. To go on with every key's watermark starting"
-          + " afresh, delete that folder and start the query again; to keep the keys'"
-          + " watermarks, run this checkpoint with wmobs 0.2 (or engine=\"python\"), or start"
-          + " the query on a new checkpoint.";
+          + " engine) kept it, in " + root + "; the JVM engine keeps it in Spark's state store,"
+          + " in a stateful operator that Spark cannot add to a checkpoint that ran without it."
+          + " To keep the keys' watermarks, run this checkpoint where it ran (wmobs 0.2, or"
+          + " engine=\"python\" on Spark 4.0 or later); to go on with the JVM engine, start"
+          + " the query on a new checkpoint (every key's watermark starts afresh).";
     }
   }
 }
