@@ -115,6 +115,9 @@ def policed(
         """A sink that writes each micro-batch under its id; "skipping": not again once it has
         (as Delta's sink does by its transaction version)."""
         given.append(batch_id)
+        # As a user's function may: the description Spark gave the micro-batch's thread, with
+        # its query run, is not what tells a micro-batch run again.
+        df.sparkSession.sparkContext.setJobDescription("a sink of the user's")
         if sink == "foreachBatch skipping" and batch_id in seen:
             return
         df.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))

@@ -132,10 +132,10 @@ final class KeptCounts implements Serializable {
     }
     SparkContext context = session.get().sparkContext();
     String batch = context.getLocalProperty("streaming.sql.batchId");
-    String description = context.getLocalProperty("spark.job.description");
+    String run = runOf(context);
     if (batch == null
-        || description == null
-        || !first(runOf(description) + "\n" + directory) // each policy's first, once
+        || run == null
+        || !first(run + "\n" + directory) // each policy's first, once
         || !countedNothing) {
       return null;
     }
@@ -151,7 +151,7 @@ final class KeptCounts implements Serializable {
         }
         byte[] bytes = Hadoop.read(new Path(folder, entry.name()), hadoop);
         DataInputStream in = new DataInputStream(new ByteArrayInputStream(bytes));
-        if (in.readLong() != id) {
+        if (bytes.length >= 8 && in.readLong() != id) {
           continue; // another micro-batch's
         }
         if (bytes.length < HEADER || in.readInt() != FORMAT || in.readLong() != layout) {
@@ -169,9 +169,15 @@ final class KeptCounts implements Serializable {
             observation.deserialize(Arrays.copyOfRange(bytes, HEADER, bytes.length));
         merged = merged == null ? counts : observation.merge(merged, counts);
       }
-    } catch (IOException e) {
-      throw new UncheckedIOException(
-          "wmobs: could not read the kept counts of batch " + batch + " in " + folder, e);
+    } catch (IOException | RuntimeException e) {
+      // Spark has committed the micro-batch: failing the query here would lose the counts as
+      // surely, and stop it besides.
+      LOG.warn(
+          "wmobs: the counts of batch {} kept in {} could not be read and are not reported",
+          batch,
+          folder,
+          e);
+      return null;
     }
     return merged;
   }
@@ -181,14 +187,30 @@ final class KeptCounts implements Serializable {
     return STARTED.add(run);
   }
 
-  /** The query run of a micro-batch's job description ("name\nid = ...\nrunId = ...\n..."). */
-  private static String runOf(String description) {
-    for (String line : description.split("\n")) {
+  /**
+   * The query run of the micro-batch on this thread: as the extension's rule told it when it
+   * planned the micro-batch ({@link QueryCheckpoint#RUN}), or from the job description Spark
+   * gives it ("name\nid = ...\nrunId = ...\n...", which a {@code foreachBatch} function may
+   * have replaced, {@code setJobDescription}); null for neither.
+   */
+  private static String runOf(SparkContext context) {
+    String run = context.getLocalProperty(QueryCheckpoint.RUN);
+    String batch = context.getLocalProperty("streaming.sql.batchId");
+    String query = context.getLocalProperty("sql.streaming.queryId");
+    if (run != null
+        && batch != null
+        && batch.equals(context.getLocalProperty(QueryCheckpoint.BATCH))
+        && query != null
+        && query.equals(context.getLocalProperty(QueryCheckpoint.BATCH_QUERY))) {
+      return run; // told for this very micro-batch
+    }
+    String description = context.getLocalProperty("spark.job.description");
+    for (String line : description == null ? new String[0] : description.split("\n")) {
       if (line.startsWith("runId = ")) {
         return line.substring("runId = ".length()).trim();
       }
     }
-    return description;
+    return null;
   }
 
   /** A kept file: the micro-batch's id, {@link #FORMAT}, the counts' layout, the counts. */
