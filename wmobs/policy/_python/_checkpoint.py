@@ -24,6 +24,7 @@ from wmobs.policy._task import task_properties
 __all__ = [
     "BatchTimes",
     "CheckpointNotFoundError",
+    "NotInMicroBatchError",
     "OffsetsEntry",
     "TaskMicroBatch",
     "parse_offsets",
@@ -41,6 +42,10 @@ _HINT = (
 
 class CheckpointNotFoundError(RuntimeError):
     """The query's checkpoint cannot be found or read."""
+
+
+class NotInMicroBatchError(RuntimeError):
+    """A policy's task that Spark ran outside its query's micro-batch."""
 
 
 @dataclass(frozen=True)
@@ -150,24 +155,31 @@ class TaskMicroBatch(NamedTuple):
     query_id: str | None
 
 
-def task_micro_batch(configured_checkpoint: str, relative_to: str = "") -> TaskMicroBatch | None:
+def task_micro_batch(configured_checkpoint: str, relative_to: str = "") -> TaskMicroBatch:
     """Inside a Spark task of a micro-batch: which one, and the query's checkpoint (the
     configured one, or found for a named query, a relative session root against
-    ``relative_to``); ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+    ``relative_to``). A task that Spark ran without its micro-batch's id is
+    :class:`NotInMicroBatchError`: a policy's plan runs only in its query's micro-batches
+    (``df.explain`` runs no task), and judging without the micro-batch would judge without
+    its watermark and state."""
     props = task_properties()
     batch = props.get("streaming.sql.batchId")
     if batch is None:
-        return None
+        raise NotInMicroBatchError(
+            "wmobs: a time policy's task ran without its streaming micro-batch (Spark gave the"
+            " task no micro-batch id), so it cannot know the micro-batch's watermark or the"
+            " keys' state: a foreachBatch function's action over Spark Connect (not supported"
+            " with a time policy: write with a sink, or from a classic session) or on a thread"
+            " of its own (start it as pyspark.InheritableThread)"
+        )
     checkpoint = resolve_checkpoint(configured_checkpoint, props, relative_to)
     return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))
 
 
 def task_batch_times(
     configured_checkpoint: str, storage: Storage | None = None, relative_to: str = ""
-) -> BatchTimes | None:
-    """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint;
-    ``None`` outside a streaming micro-batch (e.g. ``df.explain``)."""
+) -> BatchTimes:
+    """Inside a Spark task of a micro-batch: its times, read from the query's checkpoint
+    (:func:`task_micro_batch`)."""
     task = task_micro_batch(configured_checkpoint, relative_to)
-    if task is None:
-        return None
     return read_batch_times(task.checkpoint, task.batch_id, task.query_id, storage)

@@ -145,8 +145,6 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
                 yield (bucket, None, 0)
             return
         found = task_batch_times(self.checkpoint, self.storage, self.relative_to)
-        if found is None:
-            return
         synthetic = global_synthetic(
             start,
             end,
@@ -160,8 +158,6 @@ class _Reader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     def _read_input(self) -> bool:
         """Whether a source other than the heartbeat moved its offset in the running batch."""
         task = task_micro_batch(self.checkpoint, self.relative_to)
-        if task is None:
-            return False
         log = _offsets_log(task.checkpoint, self.storage)
 
         def sources(batch: int) -> tuple[str, ...]:

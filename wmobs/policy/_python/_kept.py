@@ -213,8 +213,8 @@ def keep_counts(ctx: Context, staged: DataFrame, dead_letters: bool) -> DataFram
         except CheckpointNotFoundError:
             return  # (the batch's times could not be read either: the query has failed)
         context = TaskContext.get()
-        if task is None or context is None:
-            return  # not a micro-batch
+        if context is None:
+            return  # not a task
         partition = context.partitionId()
         if tally.rows:
             target = kept_file(task.checkpoint, policy, task.batch_id, partition)

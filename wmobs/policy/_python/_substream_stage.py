@@ -245,11 +245,11 @@ def _synthetic_row(
 def _micro_batch(
     checkpoint: str, relative_to: str, batch_id: Callable[[], int | None] | None
 ) -> tuple[int, str] | None:
-    """``(micro-batch id, the query's checkpoint)`` of the running task (or as the tests say);
-    ``None`` outside a micro-batch."""
+    """``(micro-batch id, the query's checkpoint)`` of the running task, or as the tests say
+    (``None``: no state read or written)."""
     if batch_id is not None:
         batch = batch_id()
         return None if batch is None else (batch, checkpoint)
 
     task = task_micro_batch(checkpoint, relative_to)
-    return None if task is None else (task.batch_id, task.checkpoint)
+    return task.batch_id, task.checkpoint

@@ -37,8 +37,7 @@ class _Reader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int | None, int | None]]:
-        found = task_batch_times(self.checkpoint, self.storage, self.relative_to)
-        yield (-1, None, None) if found is None else found
+        yield task_batch_times(self.checkpoint, self.storage, self.relative_to)
 
 
 class NamedSource(DataSource):

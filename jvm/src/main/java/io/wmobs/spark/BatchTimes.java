@@ -110,7 +110,11 @@ public final class BatchTimes implements Serializable {
     String batch = task.getLocalProperty("streaming.sql.batchId");
     if (batch == null) {
       throw new IllegalStateException(
-          "wmobs: the batch watermark is only known inside a streaming micro-batch");
+          "wmobs: the batch watermark is only known inside a streaming micro-batch, and this"
+              + " task ran without its micro-batch: a foreachBatch function's action over Spark"
+              + " Connect (not supported with a time policy: write with a sink, or from a"
+              + " classic session) or on a thread of its own (start it as"
+              + " pyspark.InheritableThread)");
     }
     String queryId = task.getLocalProperty("sql.streaming.queryId");
     long[] told = told(task, batch, queryId);
