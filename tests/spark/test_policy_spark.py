@@ -451,16 +451,21 @@ def test_the_jvm_engine_refuses_the_per_key_state_files_of_wmobs_0_2(
     write_rows(tmp_path / "in", "1", [{"id": 1, "EventTime": ts("12:10"), "deviceId": "A"}])
     jvm = TimePolicy(arrival_time=None, substream_by=["deviceId"], name="legacy", engine="jvm")
     files = tmp_path / "ckpt-legacy" / "wmobs" / "substreams" / "legacy"
+    out = tmp_path / "out"  # a sink that a restart resumes (not the memory sink)
     if "python" in engines(spark):
-        run_policy(spark, replace(jvm, engine="python"), tmp_path / "in", tmp_path, "legacy")
+        run_policy(
+            spark, replace(jvm, engine="python"), tmp_path / "in", tmp_path, "legacy", parquet=out
+        )
         assert files.is_dir()
     else:
-        run_policy(spark, replace(jvm, substream_by=None), tmp_path / "in", tmp_path, "legacy")
+        run_policy(
+            spark, replace(jvm, substream_by=None), tmp_path / "in", tmp_path, "legacy", parquet=out
+        )
         (files / "64").mkdir(parents=True)
         (files / "64" / "0-1.arrow").write_bytes(b"")
     write_rows(tmp_path / "in", "2", [{"id": 2, "EventTime": ts("12:11"), "deviceId": "A"}])
     with pytest.raises(Exception, match=r"substreams' per-key state as wmobs 0\.2") as failed:
-        run_policy(spark, jvm, tmp_path / "in", tmp_path, "legacy")
+        run_policy(spark, jvm, tmp_path / "in", tmp_path, "legacy", parquet=out)
     message = str(failed.value)
     assert str(files) in message, message
     assert "new checkpoint" in message and 'engine="python"' in message, message
