@@ -416,7 +416,7 @@ public final class TimestampBy {
         if (c == '\'' || c == '"' || c == '`') {
           i++;
           while (i < n && (sql.charAt(i) != c || c == '`' && sql.startsWith("``", i))) {
-            i += sql.charAt(i) == '\\' && c != '`' || sql.charAt(i) == '`' ? 2 : 1;
+            i += sql.charAt(i) == (c == '`' ? '`' : '\\') ? 2 : 1; // `` in a name, \x in a string
           } // `a``b``c`: one name
           i++;
           kind = c == '`' ? Token.QUOTED : Token.OTHER;

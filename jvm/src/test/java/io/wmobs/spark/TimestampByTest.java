@@ -87,6 +87,9 @@ class TimestampByTest {
             + " 't', name => 'events') AS events",
         rewrite("SELECT * FROM STREAM(events) TIMESTAMP BY t"));
     assertNull(rewrite("SELECT 42L, 1E3, 2BD FROM t"));
+    assertEquals( // a backquote in a string is no name's
+        "SELECT 'a`' FROM wmobs_time_policy(TABLE(t), event_time => 'e', name => 't') AS t",
+        rewrite("SELECT 'a`' FROM t TIMESTAMP BY e"));
   }
 
   @Test
