@@ -132,7 +132,7 @@ final class KeptCounts implements Serializable {
     }
     SparkContext context = session.get().sparkContext();
     String batch = context.getLocalProperty("streaming.sql.batchId");
-    String run = runOf(context);
+    String run = runOf(context, batch);
     if (batch == null
         || run == null
         || !first(run + "\n" + directory) // each policy's first, once
@@ -188,14 +188,13 @@ final class KeptCounts implements Serializable {
   }
 
   /**
-   * The query run of the micro-batch on this thread: as the extension's rule told it when it
-   * planned the micro-batch ({@link QueryCheckpoint#RUN}), or from the job description Spark
-   * gives it ("name\nid = ...\nrunId = ...\n...", which a {@code foreachBatch} function may
-   * have replaced, {@code setJobDescription}); null for neither.
+   * The query run of micro-batch {@code batch}, running on this thread: as the extension's rule
+   * told it when it planned the micro-batch ({@link QueryCheckpoint#RUN}), or from the job
+   * description Spark gives it ("name\nid = ...\nrunId = ...\n...", which a {@code
+   * foreachBatch} function may have replaced, {@code setJobDescription}); null for neither.
    */
-  private static String runOf(SparkContext context) {
+  private static String runOf(SparkContext context, String batch) {
     String run = context.getLocalProperty(QueryCheckpoint.RUN);
-    String batch = context.getLocalProperty("streaming.sql.batchId");
     String query = context.getLocalProperty("sql.streaming.queryId");
     if (run != null
         && batch != null

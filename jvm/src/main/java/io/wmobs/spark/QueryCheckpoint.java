@@ -44,7 +44,6 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
   static final String TIMESTAMP = "wmobs.batch.timestampMs";
   /** The run of the query whose micro-batch {@link #BATCH} is. */
   static final String RUN = "wmobs.batch.run";
-  private static final String PROVIDER = "spark.sql.streaming.stateStore.providerClass";
 
   private final SparkSession spark;
 
@@ -121,17 +120,9 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
     if (folders.isEmpty()) {
       return null;
     }
-    // The stream's own configuration, where Spark restored the checkpoint's settings.
-    String provider = org.apache.spark.sql.internal.SQLConf.get().getConfString(PROVIDER, "");
-    if (operators.contains("TransformWithState")
-        && !provider.endsWith(".RocksDBStateStoreProvider")) {
-      return "wmobs: substreams were planned in Spark's transformWithState, which runs on RocksDB"
-          + " only, as the session sets spark.sql.streaming.stateStore.providerClass to it; but"
-          + " Spark restores the state store provider a checkpoint began with, whatever the"
-          + " session sets, and this query's checkpoint began with "
-          + (provider.isEmpty() ? "Spark's default" : provider)
-          + ". Apply the policy with the session's setting as the checkpoint began (unset it),"
-          + " or start the query on a new checkpoint.";
+    String restored = KeyedState.plannedForAnotherStore(operators);
+    if (restored != null) {
+      return restored;
     }
     Configuration hadoop = spark.sessionState().newHadoopConf();
     for (String folder : folders) {

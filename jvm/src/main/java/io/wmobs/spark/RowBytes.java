@@ -42,7 +42,7 @@ public final class RowBytes {
    * {@code wmobs_row_pack([folder,] struct)}; {@code folder}: where, below the query's
    * checkpoint, the per-key state files of wmobs 0.2 and of the Python engine would be for the
    * substreams that pack rows so, which the query must not have ({@link
-   * QueryCheckpoint#legacyFolder}).
+   * QueryCheckpoint#substreamsRefused}).
    */
   static Expression pack(List<Expression> arguments) {
     Spec.arity(PACK, arguments, 1, 2);

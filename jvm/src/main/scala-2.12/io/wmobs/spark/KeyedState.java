@@ -17,6 +17,10 @@ final class KeyedState {
     return false;
   }
 
+  static String plannedForAnotherStore(java.util.Set<String> operators) {
+    return null; // never planned in transformWithState
+  }
+
   static Dataset<Out> judge(
       KeyValueGroupedDataset<Long, In> grouped, KeyJudge judge, boolean timeouts) {
     throw new UnsupportedOperationException("wmobs: Spark 3.5 has no transformWithState");

@@ -37,6 +37,25 @@ final class KeyedState {
     return spark.conf().get(PROVIDER, "").endsWith(ROCKSDB);
   }
 
+  /**
+   * Where a micro-batch's plan (its operators' names: {@code operators}) has substreams in
+   * {@code transformWithState}, chosen from the session's provider when the policy was applied,
+   * and the query's own configuration, into which Spark restored the provider its checkpoint
+   * began with, has another: why the query stops; else null.
+   */
+  static String plannedForAnotherStore(java.util.Set<String> operators) {
+    String provider = org.apache.spark.sql.internal.SQLConf.get().getConfString(PROVIDER, "");
+    if (!operators.contains("TransformWithState") || provider.endsWith(ROCKSDB)) {
+      return null;
+    }
+    return "wmobs: substreams were planned in Spark's transformWithState, which runs on RocksDB"
+        + " only, as the session sets " + PROVIDER + " to it; but Spark restores the state"
+        + " store provider a checkpoint began with, whatever the session sets, and this query's"
+        + " checkpoint began with " + (provider.isEmpty() ? "Spark's default" : provider)
+        + ". Apply the policy with the session's setting as the checkpoint began (unset it),"
+        + " or start the query on a new checkpoint.";
+  }
+
   /** {@code grouped} judged per key by {@code judge}, in Spark's {@code transformWithState}. */
   static Dataset<Out> judge(
       KeyValueGroupedDataset<Long, In> grouped, KeyJudge judge, boolean timeouts) {
