@@ -92,6 +92,24 @@ def run_substreams(spark: object, work: Path, now: float) -> tuple[int, int]:
     return kept, int(adjusted)  # rows kept, rows whose system_timestamp was adjusted
 
 
+def appended_to(directory: str) -> Any:
+    """A ``foreachBatch`` function that appends each micro-batch to Parquet files in
+    ``directory``: over Spark Connect the server runs it in a Python process of its own, whose
+    actions run on a thread of the server's, not the query's."""
+
+    def append(batch: Any, batch_id: int) -> None:
+        batch.write.mode("append").parquet(directory)
+
+    return append
+
+
+def parquet_rows(spark: Any, directory: Path) -> list[Any]:
+    """The rows of the Parquet files in ``directory`` (none before the first is written)."""
+    if not any(directory.glob("*.parquet")):
+        return []
+    return list(spark.read.parquet(str(directory)).collect())
+
+
 def _policy(snap: wmobs.QuerySnapshot | None) -> Any:
     """The only policy of a query's snapshot."""
     assert snap is not None
@@ -103,7 +121,10 @@ def _policy(snap: wmobs.QuerySnapshot | None) -> Any:
 def worked_example(spark: Any, work: Path) -> dict[str, Any]:
     """DESIGN's worked example (tests/reference/worked_example.json), one event per micro-batch
     globally and all at once per device: every row's system timestamp (None: dropped), and
-    the engine and counts the listener saw."""
+    the engine and counts the listener saw. The global policy's output goes through a
+    ``foreachBatch`` function, whose actions run off the query's thread."""
+
+    from pyspark.sql import functions as F
 
     from wmobs import TimePolicy
 
@@ -150,11 +171,24 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
         else:
             judged = policy.apply(stream, checkpoint_location=checkpoint)
         name = f"connect_worked_{how}"
-        query = start_kept(judged, name, checkpoint)
+        if how == "global":
+            written = work / f"written_{how}"
+            query = (
+                judged.select("id", F.unix_seconds("system_timestamp").alias("system"))
+                .writeStream.queryName(name)
+                .option("checkpointLocation", checkpoint)
+                .foreachBatch(appended_to(str(written)))
+                .start()
+            )
+        else:
+            query = start_kept(judged, name, checkpoint)
         query.processAllAvailable()
         query.stop()
         wait_until(lambda n=name: not monitor.snapshot(n).active)  # type: ignore[union-attr,misc]
-        kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
+        if how == "global":
+            kept = {r.id: r.system for r in parquet_rows(spark, written)}
+        else:
+            kept = {r.id: r.system for r in spark.sql(f"select * from {name}").collect()}
         cases = reference["global" if how == "sql" else how]
         expected = {
             e["id"]: None
@@ -176,7 +210,8 @@ def worked_example(spark: Any, work: Path) -> dict[str, Any]:
 def idle_and_dead_letters(spark: Any, work: Path) -> dict[str, Any]:
     """The idle timeout (the extension's heartbeat source) and dead letters over Connect, per
     device: an old event's window is emitted once the source has been quiet for a second, and
-    an event two hours early is counted and written as a dead letter."""
+    an event two hours early is counted and written as a dead letter, in its micro-batch's
+    folder; the windows go through a ``foreachBatch`` function."""
     from pyspark.sql import functions as F
 
     from wmobs import TimePolicy
@@ -203,20 +238,24 @@ def idle_and_dead_letters(spark: Any, work: Path) -> dict[str, Any]:
     )
     judged = policy.apply(stream, checkpoint_location=checkpoint, dead_letter=str(work / "dead"))
     windows = judged.groupBy(F.window("system_timestamp", "3 seconds"), "deviceId").count()
+    written = work / "idle_out"
     query = (
         windows.writeStream.queryName("connect_idle")
-        .format("memory")
         .outputMode("append")
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="200 milliseconds")
+        .foreachBatch(appended_to(str(written)))
         .start()
     )
-    table = "select count from connect_idle"
-    wait_until(lambda: spark.sql(table).count() > 0, timeout=120, what="the quiet window")
-    emitted = [int(r[0]) for r in spark.sql(table).collect()]
+    wait_until(lambda: parquet_rows(spark, written), timeout=120, what="the quiet window")
+    emitted = [int(r["count"]) for r in parquet_rows(spark, written)]
     query.stop()
-    dead = spark.read.parquet(str(work / "dead")).count()
-    return {"emitted": emitted, "dead_letter_files_rows": dead}
+    dead = spark.read.parquet(str(work / "dead")).collect()
+    return {
+        "emitted": emitted,
+        "dead_letter_files_rows": len(dead),
+        "dead_letter_batches": sorted({r["wmobs_batch_id"] for r in dead}),
+    }
 
 
 def with_extension() -> dict[str, Any]:

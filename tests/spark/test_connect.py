@@ -46,7 +46,10 @@ def test_the_jvm_engine_over_spark_connect() -> None:
     """A Connect server started with wmobs' extension (``wmobs.configure_spark``): the client
     calls its functions by name, and the worked example comes out exact, globally (one event
     per micro-batch, from the Python API and from SQL) and per device; the idle timeout
-    closes a quiet device's window and an early row is written as a dead letter."""
+    closes a quiet device's window and an early row is written as a dead letter. The global
+    policy and the idle timeout write through ``foreachBatch`` functions, whose actions the
+    server runs on threads of its own: the micro-batch's watermark, time and id reach their
+    tasks in the plan."""
     pytest.importorskip("pyspark.sql.connect")
     result = run_job("tests.spark.connect_job --extension", timeout=600)
 
@@ -66,4 +69,8 @@ def test_the_jvm_engine_over_spark_connect() -> None:
     }
     # The idle timeout's heartbeat is a source of the extension, reached by name: the quiet
     # window is emitted with its one real row, and the early row is in the dead letters.
-    assert result["idle"] == {"emitted": [1], "dead_letter_files_rows": 1}
+    assert result["idle"] == {
+        "emitted": [1],
+        "dead_letter_files_rows": 1,
+        "dead_letter_batches": [0],  # its micro-batch's id, not -1 (none known)
+    }

@@ -1,7 +1,8 @@
 """Exact counts across a crash that lands after the sink has committed a micro-batch and before
 Spark has: the micro-batch runs again on restart, and its counts are reported once, whether
 the sink skips it (the file sink; a ``foreachBatch`` that skips batches it has seen, as Delta's
-sink does by its transaction version) or runs it again (an at-least-once sink). Spark's
+sink does by its transaction version) or runs it again (an at-least-once sink, here one that
+writes on a thread of its own, which the JVM engine's tasks need no local properties of). Spark's
 checkpoint (and the counts kept beside it) on a local directory, and on ``s3a://`` on moto's
 S3 server."""
 
@@ -120,7 +121,23 @@ def policed(
         df.sparkSession.sparkContext.setJobDescription("a sink of the user's")
         if sink == "foreachBatch skipping" and batch_id in seen:
             return
-        df.write.mode("overwrite").parquet(str(out / f"batch_id={batch_id}"))
+        write = df.write.mode("overwrite")
+        if sink == "foreachBatch skipping":
+            write.parquet(str(out / f"batch_id={batch_id}"))
+        else:  # on a thread of its own, without the query's local properties (the JVM engine)
+            failed: list[BaseException] = []
+
+            def on_thread() -> None:
+                try:
+                    write.parquet(str(out / f"batch_id={batch_id}"))
+                except BaseException as exc:
+                    failed.append(exc)
+
+            thread = threading.Thread(target=on_thread)
+            thread.start()
+            thread.join()
+            if failed:
+                raise failed[0]
         seen.add(batch_id)
         if on_batch is not None:
             on_batch(batch_id)

@@ -168,9 +168,9 @@ def task_micro_batch(configured_checkpoint: str, relative_to: str = "") -> TaskM
         raise NotInMicroBatchError(
             "wmobs: a time policy's task ran without its streaming micro-batch (Spark gave the"
             " task no micro-batch id), so it cannot know the micro-batch's watermark or the"
-            " keys' state: a foreachBatch function's action over Spark Connect (not supported"
-            " with a time policy: write with a sink, or from a classic session) or on a thread"
-            " of its own (start it as pyspark.InheritableThread)"
+            " keys' state: a foreachBatch function's action over Spark Connect (the Python"
+            " engine needs a sink there; the JVM engine runs it) or on a thread of its own"
+            " (start it as pyspark.InheritableThread, or use the JVM engine)"
         )
     checkpoint = resolve_checkpoint(configured_checkpoint, props, relative_to)
     return TaskMicroBatch(int(batch), checkpoint, props.get("sql.streaming.queryId"))

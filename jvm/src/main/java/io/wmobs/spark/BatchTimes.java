@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.UnaryOperator;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
@@ -34,7 +35,9 @@ import org.apache.spark.util.SerializableConfiguration;
  *
  * <p>Spark fixes both before it plans the micro-batch; the extension's {@link QueryCheckpoint}
  * rule gives them to every task as local properties (in real-time mode the only way: Spark
- * writes them to the checkpoint only when the real-time batch ends). Where those are missing,
+ * writes them to the checkpoint only when the real-time batch ends), and to the function
+ * itself as it plans the micro-batch ({@link MicroBatch}), for tasks that run on another
+ * thread's job (a {@code foreachBatch} function's over Spark Connect). Where those are missing,
  * they come from the query's checkpoint ({@code offsets/<batchId>}), which Spark writes before
  * a micro-batch runs: each task reads them once (each executor once per micro-batch, through a
  * small cache) with the session's Hadoop configuration, the one Spark wrote the checkpoint with. This replaces a
@@ -55,6 +58,8 @@ public final class BatchTimes implements Serializable {
   private final boolean watermark;
   /** The session's Hadoop configuration, broadcast once: every executor fetches it once. */
   private final Broadcast<SerializableConfiguration> conf;
+  /** The micro-batch it was planned for, or null: the task's own local properties. */
+  private final MicroBatch told;
 
   // The value for the task that last called (deserialized: known = false).
   private transient boolean known;
@@ -62,17 +67,21 @@ public final class BatchTimes implements Serializable {
   private transient Long value;
 
   BatchTimes(
-      Hadoop.Checkpoint checkpoint, boolean watermark, Broadcast<SerializableConfiguration> conf) {
+      Hadoop.Checkpoint checkpoint,
+      boolean watermark,
+      Broadcast<SerializableConfiguration> conf,
+      MicroBatch told) {
     this.checkpoint = checkpoint;
     this.watermark = watermark;
     this.conf = conf;
+    this.told = told;
   }
 
   /** The function {@code name}: the watermark if {@code watermark}, else the timestamp. */
   static Expression build(String name, boolean watermark, List<Expression> arguments) {
     Spec.arity(name, arguments, 1);
     Hadoop.Checkpoint checkpoint = Hadoop.Checkpoint.onDriver(Spec.text(name, arguments));
-    return new Time(new BatchTimes(checkpoint, watermark, Hadoop.sessionConf()), name);
+    return new Time(new BatchTimes(checkpoint, watermark, Hadoop.sessionConf(), null), name);
   }
 
   /** The value for the running task: null for no watermark (yet). */
@@ -95,36 +104,36 @@ public final class BatchTimes implements Serializable {
   }
 
   private Long lookUp(TaskContext task) throws IOException {
-    long[] times = of(checkpoint, task, conf.value().value());
+    long[] times = of(checkpoint, MicroBatch.of(told, task), conf.value().value());
     long found = watermark ? times[0] : times[1];
     return found == Long.MIN_VALUE ? null : found;
   }
 
   /**
    * The running micro-batch's {watermark, timestamp} (ms; {@code Long.MIN_VALUE} for none),
-   * read once per executor from {@code offsets/<batchId>} of the query's {@code checkpoint},
-   * which must be the running query's.
+   * as the task's micro-batch {@code property} says ({@link MicroBatch#of}), else read once
+   * per executor from {@code offsets/<batchId>} of the query's {@code checkpoint}, which must
+   * be the running query's.
    */
-  static long[] of(Hadoop.Checkpoint checkpoint, TaskContext task, Configuration hadoop)
+  static long[] of(
+      Hadoop.Checkpoint checkpoint, UnaryOperator<String> property, Configuration hadoop)
       throws IOException {
-    String batch = task.getLocalProperty("streaming.sql.batchId");
+    String batch = property.apply(MicroBatch.BATCH_ID);
     if (batch == null) {
       throw new IllegalStateException(
           "wmobs: the batch watermark is only known inside a streaming micro-batch, and this"
-              + " task ran without its micro-batch: a foreachBatch function's action over Spark"
-              + " Connect (not supported with a time policy: write with a sink, or from a"
-              + " classic session) or on a thread of its own (start it as"
-              + " pyspark.InheritableThread)");
+              + " task ran without its micro-batch: its plan was not planned by a streaming"
+              + " query (with wmobs' extension in the session)");
     }
-    String queryId = task.getLocalProperty("sql.streaming.queryId");
-    long[] told = told(task, batch, queryId);
+    String queryId = property.apply(MicroBatch.QUERY_ID);
+    long[] told = toldByRule(property, batch, queryId);
     if (told != null) {
       if (!checkpoint.configured().isEmpty()) {
         ownedBy(checkpoint.configured(), queryId, hadoop); // what it keeps there is the query's
       }
       return told;
     }
-    String base = checkpoint.in(task);
+    String base = checkpoint.in(property);
     String key = base + "\n" + batch + "\n" + queryId; // checked once per key
     long[] times = READ.get(key);
     if (times == null) {
@@ -141,15 +150,15 @@ public final class BatchTimes implements Serializable {
    * The micro-batch's {watermark, timestamp} as the extension's {@link QueryCheckpoint} rule
    * told the tasks when Spark planned it, if it told them for this query's micro-batch.
    */
-  static long[] told(TaskContext task, String batch, String queryId) {
-    String timestamp = task.getLocalProperty(QueryCheckpoint.TIMESTAMP);
+  static long[] toldByRule(UnaryOperator<String> property, String batch, String queryId) {
+    String timestamp = property.apply(QueryCheckpoint.TIMESTAMP);
     if (timestamp == null
         || queryId == null
-        || !batch.equals(task.getLocalProperty(QueryCheckpoint.BATCH))
-        || !queryId.equals(task.getLocalProperty(QueryCheckpoint.BATCH_QUERY))) {
+        || !batch.equals(property.apply(QueryCheckpoint.BATCH))
+        || !queryId.equals(property.apply(QueryCheckpoint.BATCH_QUERY))) {
       return null;
     }
-    String watermark = task.getLocalProperty(QueryCheckpoint.WATERMARK);
+    String watermark = property.apply(QueryCheckpoint.WATERMARK);
     return new long[] {
       watermark == null || watermark.isEmpty() ? Long.MIN_VALUE : Long.parseLong(watermark),
       Long.parseLong(timestamp)
@@ -241,7 +250,8 @@ public final class BatchTimes implements Serializable {
    * partition) into fields; evaluated without generated code, it asks {@link BatchTimes#call}
    * (cached per task attempt).
    */
-  public static final class Time extends WmobsExpression implements Serializable {
+  public static final class Time extends WmobsExpression
+      implements Serializable, MicroBatch.Told {
     private static final long serialVersionUID = 1L;
     private final BatchTimes function;
     private final String name;
@@ -254,6 +264,15 @@ public final class BatchTimes implements Serializable {
     @Override
     public Object eval(InternalRow row) {
       return function.call();
+    }
+
+    @Override
+    public Expression told(MicroBatch batch) {
+      if (batch.equals(function.told)) {
+        return this;
+      }
+      return new Time(
+          new BatchTimes(function.checkpoint, function.watermark, function.conf, batch), name);
     }
 
     @Override

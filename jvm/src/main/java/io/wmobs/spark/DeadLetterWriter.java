@@ -79,6 +79,8 @@ public final class DeadLetterWriter implements Serializable {
   private final String spec;
   /** The session's Hadoop configuration with its Parquet settings, as Spark's writer reads it. */
   private final Broadcast<SerializableConfiguration> conf;
+  /** The micro-batch it was planned for, or null: the task's own local properties. */
+  private final MicroBatch told;
 
   DeadLetterWriter(JsonNode spec, Broadcast<SerializableConfiguration> conf) {
     Spec.members("wmobs_dead_letters", spec, MEMBERS, OPTIONAL);
@@ -95,6 +97,17 @@ public final class DeadLetterWriter implements Serializable {
     policy = read.text("policy");
     this.spec = spec.toString();
     this.conf = conf;
+    this.told = null;
+  }
+
+  private DeadLetterWriter(DeadLetterWriter writer, MicroBatch told) {
+    directory = writer.directory;
+    ruleNames = writer.ruleNames;
+    ruleBits = writer.ruleBits;
+    policy = writer.policy;
+    spec = writer.spec;
+    conf = writer.conf;
+    this.told = told;
   }
 
   /**
@@ -219,7 +232,7 @@ public final class DeadLetterWriter implements Serializable {
     List<Object> key = List.of(task.taskAttemptId(), spec);
     TaskFile file = OPEN.get(key);
     if (file == null) {
-      file = new TaskFile(task, conf.value().value());
+      file = new TaskFile(MicroBatch.of(told, task), conf.value().value());
       OPEN.put(key, file);
       task.addTaskCompletionListener(
           new TaskCompletionListener() {
@@ -249,7 +262,9 @@ public final class DeadLetterWriter implements Serializable {
       file.writer.close();
       if (!task.isFailed() && !task.isInterrupted()) {
         Path target =
-            new Path(directory + "/batch_id=" + file.batchId + "/" + fileName(task, policy));
+            new Path(
+                directory + "/batch_id=" + file.batchId + "/"
+                    + fileName(task.partitionId(), file.query, policy));
         Hadoop.writeOnce(target, file.bytes(), conf.value().value());
       }
     } catch (IOException e) {
@@ -266,24 +281,27 @@ public final class DeadLetterWriter implements Serializable {
    * checkpoint, a new id) write files of their own; a task that runs again writes its own file
    * again. {@code deadletter.file_name} names the same.
    */
-  static String fileName(TaskContext task, String policy) {
-    String query = task.getLocalProperty("sql.streaming.queryId");
+  static String fileName(int partition, String query, String policy) {
     String writer = query == null ? policy : policy + "-" + query;
-    return String.format("part-%05d-%s.parquet", task.partitionId(), writer);
+    return String.format("part-%05d-%s.parquet", partition, writer);
   }
 
   /** One task's file: Parquet, in memory until the task completes, by Spark's writer. */
   private final class TaskFile {
     final long batchId;
+    /** The query whose micro-batch it is, or null. */
+    final String query;
     final ByteArrayOutputStream buffer = new ByteArrayOutputStream();
     final ParquetWriter<InternalRow> writer;
     /** The appended columns of the row being written (rule, policy, batch). */
     private final GenericInternalRow appended;
     private final JoinedRow joined = new JoinedRow();
 
-    TaskFile(TaskContext task, Configuration conf) throws IOException {
-      String batch = task.getLocalProperty("streaming.sql.batchId");
+    TaskFile(java.util.function.UnaryOperator<String> property, Configuration conf)
+        throws IOException {
+      String batch = property.apply(MicroBatch.BATCH_ID);
       batchId = batch == null ? -1 : Long.parseLong(batch);
+      query = property.apply(MicroBatch.QUERY_ID);
       appended = new GenericInternalRow(new Object[] {null, UTF8String.fromString(policy), batchId});
       writer =
           new Builder(new ParquetMemoryFile(buffer))
@@ -324,7 +342,8 @@ public final class DeadLetterWriter implements Serializable {
    * The function as Spark evaluates it: in generated code, a call of {@link #write} on the
    * row's struct (a binary row, read in place).
    */
-  public static final class Write extends WmobsExpression implements Serializable {
+  public static final class Write extends WmobsExpression
+      implements Serializable, MicroBatch.Told {
     private static final long serialVersionUID = 1L;
     private final DeadLetterWriter writer;
     private final String name;
@@ -387,6 +406,14 @@ public final class DeadLetterWriter implements Serializable {
     @Override
     protected Expression withArguments(List<Expression> arguments) {
       return new Write(writer, name, arguments.get(0), arguments.get(1));
+    }
+
+    @Override
+    public Expression told(MicroBatch batch) {
+      if (batch.equals(writer.told)) {
+        return this;
+      }
+      return new Write(new DeadLetterWriter(writer, batch), name, row, verdict);
     }
 
     @Override

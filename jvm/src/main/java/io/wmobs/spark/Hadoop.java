@@ -109,7 +109,7 @@ final class Hadoop {
 
     /** The checkpoint of the query whose task this is. */
     String in(TaskContext task) {
-      return of(task::getLocalProperty);
+      return in(task::getLocalProperty);
     }
 
     /**
@@ -117,10 +117,11 @@ final class Hadoop {
      * stream thread, which has the local properties Spark gives the micro-batch's tasks).
      */
     String onThisThread() {
-      return of(SparkSession.active().sparkContext()::getLocalProperty);
+      return in(SparkSession.active().sparkContext()::getLocalProperty);
     }
 
-    private String of(java.util.function.UnaryOperator<String> property) {
+    /** The checkpoint of the query whose micro-batch has these local properties. */
+    String in(java.util.function.UnaryOperator<String> property) {
       if (!configured.isEmpty()) {
         return configured;
       }

@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.function.UnaryOperator;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.TaskContext;
@@ -289,7 +290,8 @@ public final class IdleHeartbeat implements TableProvider {
       if (!settings.global || from.tick == to.tick) {
         return new InputPartition[0];
       }
-      return new InputPartition[] {new Beat(from, to)};
+      // Planned on the query's thread: its micro-batch, for a task of any thread's job.
+      return new InputPartition[] {new Beat(from, to, MicroBatch.onThisThread())};
     }
 
     @Override
@@ -304,19 +306,21 @@ public final class IdleHeartbeat implements TableProvider {
     public void stop() {}
   }
 
-  private record Beat(Tick start, Tick end) implements InputPartition {}
+  /** A tick, and the micro-batch it was planned in (null: the task's own properties). */
+  private record Beat(Tick start, Tick end, MicroBatch told) implements InputPartition {}
 
   private record Factory(Settings settings) implements PartitionReaderFactory {
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
       Beat beat = (Beat) partition;
       List<InternalRow> rows = new ArrayList<>();
-      if (readInput()) {
+      UnaryOperator<String> property = MicroBatch.of(beat.told(), TaskContext.get());
+      if (readInput(property)) {
         // The query is not idle: a source had input in this very micro-batch (a tick decided
         // as a restarted query or an AvailableNow run met a backlog). No clock moves, or the
         // backlog's rows that later micro-batches read would be judged against it.
       } else {
-        long[] synthetic = synthetic(beat);
+        long[] synthetic = synthetic(beat, property);
         if (synthetic != null) {
           rows.add(new GenericInternalRow(new Object[] {null, synthetic[0], synthetic[1]}));
         }
@@ -340,9 +344,8 @@ public final class IdleHeartbeat implements TableProvider {
     }
 
     /** Whether a source other than the heartbeat moved its offset in the running batch. */
-    private boolean readInput() {
-      TaskContext task = TaskContext.get();
-      long batch = Long.parseLong(task.getLocalProperty("streaming.sql.batchId"));
+    private boolean readInput(UnaryOperator<String> property) {
+      long batch = Long.parseLong(property.apply(MicroBatch.BATCH_ID));
       Configuration hadoop = settings.conf.value().value();
       try {
         List<String> now = sources(settings.checkpoint, batch, hadoop);
@@ -354,7 +357,7 @@ public final class IdleHeartbeat implements TableProvider {
     }
 
     /** {system timestamp µs, firings} of the tick's synthetic row, or null: nothing to move. */
-    private long[] synthetic(Beat beat) {
+    private long[] synthetic(Beat beat, UnaryOperator<String> property) {
       if (beat.end().idleSince < 0) {
         return null;
       }
@@ -363,7 +366,7 @@ public final class IdleHeartbeat implements TableProvider {
         times =
             BatchTimes.of(
                 new Hadoop.Checkpoint(settings.checkpoint, ""),
-                TaskContext.get(),
+                property,
                 settings.conf.value().value());
       } catch (IOException e) {
         throw new UncheckedIOException(e);

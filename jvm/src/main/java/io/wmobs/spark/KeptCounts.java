@@ -71,12 +71,23 @@ final class KeptCounts implements Serializable {
   private final Hadoop.Checkpoint checkpoint;
   private final String directory;
   private final Broadcast<SerializableConfiguration> conf;
+  /** The micro-batch it was planned for, or null: the task's own local properties. */
+  private final MicroBatch told;
 
   private KeptCounts(
-      Hadoop.Checkpoint checkpoint, String directory, Broadcast<SerializableConfiguration> conf) {
+      Hadoop.Checkpoint checkpoint,
+      String directory,
+      Broadcast<SerializableConfiguration> conf,
+      MicroBatch told) {
     this.checkpoint = checkpoint;
     this.directory = directory;
     this.conf = conf;
+    this.told = told;
+  }
+
+  /** The same, its tasks told the micro-batch it was planned for. */
+  KeptCounts told(MicroBatch batch) {
+    return batch.equals(told) ? this : new KeptCounts(checkpoint, directory, conf, batch);
   }
 
   /** As the observation's spec says ({@code kept}: null, or its checkpoint and directory). */
@@ -87,7 +98,8 @@ final class KeptCounts implements Serializable {
     return new KeptCounts(
         Hadoop.Checkpoint.onDriver(observation.keptCheckpoint()),
         observation.keptDirectory(),
-        Hadoop.sessionConf());
+        Hadoop.sessionConf(),
+        null);
   }
 
   /**
@@ -95,11 +107,13 @@ final class KeptCounts implements Serializable {
    * written when the task ends, unless it failed.
    */
   void keepAtTaskEnd(TaskContext task, Observation observation, Observation.State state) {
-    String batch = task.getLocalProperty("streaming.sql.batchId");
+    java.util.function.UnaryOperator<String> property = MicroBatch.of(told, task);
+    String batch = property.apply(MicroBatch.BATCH_ID);
     if (batch == null) {
       return; // not a micro-batch
     }
-    Path target = new Path(checkpoint.in(task) + "/" + directory, PREFIX + task.partitionId());
+    Path target =
+        new Path(checkpoint.in(property) + "/" + directory, PREFIX + task.partitionId());
     task.addTaskCompletionListener(
         (org.apache.spark.util.TaskCompletionListener)
             done -> {

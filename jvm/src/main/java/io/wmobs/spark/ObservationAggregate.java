@@ -23,7 +23,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * place, and evaluates any other argument.
  */
 public final class ObservationAggregate extends WmobsAggregate<Observation.State>
-    implements Serializable, Observation.Arguments {
+    implements Serializable, Observation.Arguments, MicroBatch.Told {
   private static final long serialVersionUID = 1L;
 
   private final Observation observation;
@@ -174,6 +174,16 @@ public final class ObservationAggregate extends WmobsAggregate<Observation.State
   @Override
   public ImperativeAggregate withNewInputAggBufferOffset(int offset) {
     return new ObservationAggregate(observation, kept, arguments, mutableAggBufferOffset, offset);
+  }
+
+  @Override
+  public Expression told(MicroBatch batch) {
+    KeptCounts toldKept = kept == null ? null : kept.told(batch);
+    if (toldKept == kept) {
+      return this;
+    }
+    return new ObservationAggregate(
+        observation, toldKept, arguments, mutableAggBufferOffset, inputAggBufferOffset);
   }
 
   @Override

@@ -30,6 +30,10 @@ import org.apache.spark.sql.catalyst.rules.Rule;
  * offsets log, which {@link BatchTimes} reads where these are missing. In real-time mode (Spark
  * 4.1+) the offsets log is written only when the real-time batch ends, so there these are the
  * only way; elsewhere they save every executor a read of the checkpoint per micro-batch.
+ *
+ * <p>And it tells wmobs' functions in the micro-batch's plan the same ({@link MicroBatch}): a
+ * task inherits local properties from the thread whose job it runs, which for the actions of a
+ * {@code foreachBatch} function over Spark Connect is not the query's.
  */
 public final class QueryCheckpoint extends Rule<LogicalPlan> {
   static final String ROOT = "wmobs.checkpoint.root";
@@ -62,7 +66,25 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
     if (refused != null) {
       throw new IllegalStateException(refused);
     }
-    return plan;
+    MicroBatch batch = MicroBatch.onThisThread(spark.sparkContext());
+    return batch == null ? plan : told(plan, batch);
+  }
+
+  /** {@code plan}, its wmobs functions told the micro-batch it is planned for. */
+  static LogicalPlan told(LogicalPlan plan, MicroBatch batch) {
+    return (LogicalPlan)
+        plan.transformAllExpressions(
+            new scala.runtime.AbstractPartialFunction<Expression, Expression>() {
+              @Override
+              public boolean isDefinedAt(Expression e) {
+                return e instanceof MicroBatch.Told;
+              }
+
+              @Override
+              public Expression apply(Expression e) {
+                return ((MicroBatch.Told) e).told(batch);
+              }
+            });
   }
 
   /** What stops the query (a time policy that real-time mode cannot run), or null. */

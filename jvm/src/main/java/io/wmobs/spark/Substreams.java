@@ -320,8 +320,8 @@ public final class Substreams {
 
     void check() {
       org.apache.spark.TaskContext task = org.apache.spark.TaskContext.get();
-      if (task == null) {
-        return;
+      if (task == null || task.getLocalProperty(MicroBatch.QUERY_ID) == null) {
+        return; // (a foreachBatch function's job over Connect: QueryCheckpoint looked)
       }
       String root = checkpoint.in(task) + "/" + files;
       String key = root + "\n" + task.getLocalProperty("sql.streaming.queryId");
