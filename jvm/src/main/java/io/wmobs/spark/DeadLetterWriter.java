@@ -1,7 +1,6 @@
 package io.wmobs.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.Serializable;
 import java.util.ArrayList;
@@ -45,11 +44,12 @@ import org.apache.spark.util.TaskCompletionListener;
  * struct (a dropped row's input columns, under their names) and its verdict bits, false. The
  * time policy calls it only for the rows it drops, in a {@code CASE} branch of its filter, so
  * kept rows never leave the stage's generated code (nor does a dropped one: the struct is
- * Spark's binary row). Each task appends its dropped rows to one Parquet file in memory and,
- * when the task succeeds, writes it whole to {@code <directory>/batch_id=<N>/part-<partition>-
- * <policy>-<query id>.parquet} ({@link #fileName}) with the session's Hadoop configuration (the
- * one Spark writes the checkpoint with): one PUT on an object store, a temporary file and a
- * rename elsewhere, as {@code Storage.write_once} does in Python. A retried task writes the
+ * Spark's binary row). Each task appends its dropped rows to one Parquet file (in memory, a
+ * large one in the executor's local directories: {@link SpoolFile}) and, when the task
+ * succeeds, writes it whole to {@code <directory>/batch_id=<N>/part-<partition>-<policy>-<query
+ * id>.parquet} ({@link #fileName}) with the session's Hadoop configuration (the one Spark
+ * writes the checkpoint with): one object on an object store, a temporary file and a rename
+ * elsewhere, as {@code Storage.write_once} does in Python. A retried task writes the
  * same file again; a task that fails writes nothing, and one that cannot write fails (its
  * {@code observe} counts are discarded with it).
  *
@@ -258,14 +258,14 @@ public final class DeadLetterWriter implements Serializable {
     if (file == null) {
       return;
     }
-    try {
+    try (SpoolFile spool = file.spool) {
       file.writer.close();
       if (!task.isFailed() && !task.isInterrupted()) {
         Path target =
             new Path(
                 directory + "/batch_id=" + file.batchId + "/"
                     + fileName(task.partitionId(), file.query, policy));
-        Hadoop.writeOnce(target, file.bytes(), conf.value().value());
+        Hadoop.writeOnce(target, spool::writeTo, conf.value().value());
       }
     } catch (IOException e) {
       throw new IllegalStateException(
@@ -286,12 +286,15 @@ public final class DeadLetterWriter implements Serializable {
     return String.format("part-%05d-%s.parquet", partition, writer);
   }
 
-  /** One task's file: Parquet, in memory until the task completes, by Spark's writer. */
+  /**
+   * One task's file: Parquet, by Spark's writer, kept until the task completes (in memory, a
+   * large one in a local file: {@link SpoolFile}).
+   */
   private final class TaskFile {
     final long batchId;
     /** The query whose micro-batch it is, or null. */
     final String query;
-    final ByteArrayOutputStream buffer = new ByteArrayOutputStream();
+    final SpoolFile spool = new SpoolFile(SpoolFile.IN_MEMORY);
     final ParquetWriter<InternalRow> writer;
     /** The appended columns of the row being written (rule, policy, batch). */
     private final GenericInternalRow appended;
@@ -304,7 +307,7 @@ public final class DeadLetterWriter implements Serializable {
       query = property.apply(MicroBatch.QUERY_ID);
       appended = new GenericInternalRow(new Object[] {null, UTF8String.fromString(policy), batchId});
       writer =
-          new Builder(new ParquetMemoryFile(buffer))
+          new Builder(spool)
               .withConf(conf)
               .withCompressionCodec(ParquetOutputFormat.getCompression(conf))
               .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
@@ -314,10 +317,6 @@ public final class DeadLetterWriter implements Serializable {
     void append(InternalRow row, UTF8String rule) throws IOException {
       appended.update(0, rule);
       writer.write(joined.apply(row, appended));
-    }
-
-    byte[] bytes() {
-      return buffer.toByteArray();
     }
   }
 

@@ -213,12 +213,23 @@ final class Hadoop {
     }
   }
 
-  /**
-   * {@code data} as the whole of {@code target}, at once: one PUT on an object store, a
-   * temporary file and a rename elsewhere (a reader sees all of it or nothing; a retried
-   * task's write replaces the first).
-   */
+  /** A file's bytes, written to a stream. */
+  interface Content {
+    void writeTo(java.io.OutputStream out) throws IOException;
+  }
+
+  /** {@code data} as the whole of {@code target}, at once ({@link #writeOnce(Path, Content,
+   * Configuration)}). */
   static void writeOnce(Path target, byte[] data, Configuration conf) throws IOException {
+    writeOnce(target, out -> out.write(data), conf);
+  }
+
+  /**
+   * {@code data} as the whole of {@code target}, at once: one object on an object store (a
+   * PUT, or a multipart upload that completes at the end), a temporary file and a rename
+   * elsewhere (a reader sees all of it or nothing; a retried task's write replaces the first).
+   */
+  static void writeOnce(Path target, Content data, Configuration conf) throws IOException {
     String name = "." + target.getName() + "." + UUID.randomUUID() + ".tmp";
     java.io.File file = local(target, conf);
     if (file != null) {
@@ -226,7 +237,9 @@ final class Hadoop {
       Files.createDirectories(parent);
       java.nio.file.Path temp = parent.resolve(name);
       try {
-        Files.write(temp, data);
+        try (java.io.OutputStream out = Files.newOutputStream(temp)) {
+          data.writeTo(out);
+        }
         Files.move(temp, file.toPath(), StandardCopyOption.ATOMIC_MOVE);
       } finally {
         Files.deleteIfExists(temp);
@@ -237,14 +250,14 @@ final class Hadoop {
     String scheme = target.toUri().getScheme();
     if (scheme != null && OBJECT_STORES.contains(scheme.toLowerCase(Locale.ROOT))) {
       try (FSDataOutputStream out = fs.create(target, true)) {
-        out.write(data);
+        data.writeTo(out);
       }
       return;
     }
     Path temp = new Path(target.getParent(), name);
     try {
       try (FSDataOutputStream out = fs.create(temp, true)) {
-        out.write(data);
+        data.writeTo(out);
       }
       if (!fs.rename(temp, target)) { // a retried task's file is there already
         fs.delete(target, false);
