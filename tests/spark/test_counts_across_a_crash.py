@@ -122,9 +122,10 @@ def policed(
         if sink == "foreachBatch skipping" and batch_id in seen:
             return
         write = df.write.mode("overwrite")
-        if sink == "foreachBatch skipping":
+        if sink == "foreachBatch skipping" or storage is not None:
             write.parquet(str(out / f"batch_id={batch_id}"))
-        else:  # on a thread of its own, without the query's local properties (the JVM engine)
+        else:  # on a thread of its own, without the query's local properties: the JVM engine,
+            # its dead letters written by the JVM (a Storage of the policy's hands them to Python)
             failed: list[BaseException] = []
 
             def on_thread() -> None:

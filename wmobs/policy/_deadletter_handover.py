@@ -20,7 +20,7 @@ from wmobs.policy._deadletter import (
     writer_name,
 )
 from wmobs.policy._deadletter_plan import text_kind
-from wmobs.policy._task import task_batch_id, task_query_id
+from wmobs.policy._task import NotInMicroBatchError, task_batch_id, task_query_id
 from wmobs.policy._verdicts import DROP_POLICIES, DROPPED_BITS, IDLE, TS, VERDICT
 
 if TYPE_CHECKING:
@@ -127,8 +127,17 @@ def _hand_over(
 
     context = TaskContext.get()
     assert context is not None, "dead letters are written inside Spark tasks"
-    found = task_batch_id()
-    batch_id = -1 if found is None else found
+    batch_id = task_batch_id()
+    if batch_id is None:  # its file would be another's, under batch_id=-1
+        raise NotInMicroBatchError(
+            "wmobs: a policy's dead letters were handed to Python (a function, JSON lines or a"
+            " Storage of the policy's) in a task that Spark ran without its streaming"
+            " micro-batch (no micro-batch id), so where they belong is not known: a"
+            " foreachBatch function's action over Spark Connect or on a thread of its own."
+            " Write them as Parquet to a directory of the session's Hadoop filesystems on the"
+            " JVM engine (written by the JVM, which knows the micro-batch), write the"
+            " micro-batch with a sink, or start such threads as pyspark.InheritableThread"
+        )
     rule = pa.nulls(table.num_rows, pa.string())
     for name, bit in reversed(rule_bits):
         hit = pc.not_equal(pc.bit_wise_and(verdict, bit), 0)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["task_batch_id", "task_properties", "task_query_id"]
+__all__ = ["NotInMicroBatchError", "task_batch_id", "task_properties", "task_query_id"]
+
+
+class NotInMicroBatchError(RuntimeError):
+    """A policy's task that Spark ran outside its query's micro-batch."""
 
 
 def task_properties() -> dict[str, Any]:

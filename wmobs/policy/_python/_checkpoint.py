@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from wmobs._spark import is_relative
 from wmobs.policy._storage import Storage
-from wmobs.policy._task import task_properties
+from wmobs.policy._task import NotInMicroBatchError, task_properties
 
 __all__ = [
     "BatchTimes",
@@ -42,10 +42,6 @@ _HINT = (
 
 class CheckpointNotFoundError(RuntimeError):
     """The query's checkpoint cannot be found or read."""
-
-
-class NotInMicroBatchError(RuntimeError):
-    """A policy's task that Spark ran outside its query's micro-batch."""
 
 
 @dataclass(frozen=True)

@@ -310,6 +310,7 @@ public final class DeadLetterWriter implements Serializable {
           new Builder(spool)
               .withConf(conf)
               .withCompressionCodec(ParquetOutputFormat.getCompression(conf))
+              .withRowGroupSize(ParquetOutputFormat.getLongBlockSize(conf))
               .withWriteMode(ParquetFileWriter.Mode.OVERWRITE)
               .build();
     }

@@ -249,9 +249,23 @@ final class Hadoop {
     FileSystem fs = target.getFileSystem(conf);
     String scheme = target.toUri().getScheme();
     if (scheme != null && OBJECT_STORES.contains(scheme.toLowerCase(Locale.ROOT))) {
-      try (FSDataOutputStream out = fs.create(target, true)) {
+      FSDataOutputStream out = fs.create(target, true);
+      try {
         data.writeTo(out);
+      } catch (IOException | RuntimeException e) { // closed, a part would be the object
+        try {
+          out.abort();
+        } catch (RuntimeException notAborted) { // a store that cannot abort: the part removed
+          try {
+            out.close();
+            fs.delete(target, false);
+          } catch (IOException | RuntimeException notRemoved) {
+            e.addSuppressed(notRemoved);
+          }
+        }
+        throw e;
       }
+      out.close();
       return;
     }
     Path temp = new Path(target.getParent(), name);

@@ -49,11 +49,15 @@ record MicroBatch(Map<String, String> properties) implements Serializable {
   /** The micro-batch planned on this thread (its active session's), or null where none is. */
   static MicroBatch onThisThread() {
     scala.Option<SparkSession> session = SparkSession.getActiveSession();
-    return session.isEmpty() ? null : onThisThread(session.get().sparkContext());
+    return session.isEmpty() ? null : onThisThread(session.get());
   }
 
-  /** The micro-batch planned on this thread, or null where none is. */
-  static MicroBatch onThisThread(SparkContext context) {
+  /**
+   * The micro-batch planned on this thread, or null where none is. The session's settings
+   * (the checkpoint root) are local properties only while a job runs: read from the session.
+   */
+  static MicroBatch onThisThread(SparkSession spark) {
+    SparkContext context = spark.sparkContext();
     if (context.getLocalProperty(BATCH_ID) == null
         || context.getLocalProperty(QUERY_ID) == null) {
       return null;
@@ -61,6 +65,9 @@ record MicroBatch(Map<String, String> properties) implements Serializable {
     Map<String, String> found = new TreeMap<>();
     for (String name : NAMES) {
       String value = context.getLocalProperty(name);
+      if (value == null && name.startsWith("spark.sql.")) {
+        value = spark.conf().get(name, null);
+      }
       if (value != null) {
         found.put(name, value);
       }
@@ -68,11 +75,17 @@ record MicroBatch(Map<String, String> properties) implements Serializable {
     return new MicroBatch(found);
   }
 
-  /** The properties a task reads: those of the micro-batch it was told, else its own. */
+  /**
+   * The properties a task reads: those of the micro-batch it was told, else (for one it was
+   * not told of, or with no micro-batch told) its own.
+   */
   static UnaryOperator<String> of(MicroBatch told, TaskContext task) {
-    if (told != null) {
-      return told.properties::get;
+    if (told == null) {
+      return task::getLocalProperty;
     }
-    return task::getLocalProperty;
+    return name -> {
+      String value = told.properties.get(name);
+      return value != null || task == null ? value : task.getLocalProperty(name);
+    };
   }
 }

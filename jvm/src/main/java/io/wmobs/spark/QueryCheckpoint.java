@@ -2,6 +2,8 @@ package io.wmobs.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.IdentityHashMap;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.UUID;
@@ -15,7 +17,8 @@ import org.apache.spark.sql.catalyst.rules.Rule;
 
 /**
  * Where the running streaming query keeps its checkpoint, told to its tasks: an optimizer rule
- * of the extension that changes no plan. Spark optimizes each micro-batch's plan on the query's
+ * of the extension that changes no plan's meaning (it tells wmobs' functions in it their
+ * micro-batch, below). Spark optimizes each micro-batch's plan on the query's
  * own thread, which carries the query's id ({@code sql.streaming.queryId}) as a local property
  * that every task of the micro-batch inherits; the rule adds the query's resolved checkpoint
  * root beside it ({@link #ROOT}, with {@link #QUERY} naming the query it belongs to). wmobs'
@@ -66,12 +69,16 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
     if (refused != null) {
       throw new IllegalStateException(refused);
     }
-    MicroBatch batch = MicroBatch.onThisThread(spark.sparkContext());
+    MicroBatch batch = MicroBatch.onThisThread(spark);
     return batch == null ? plan : told(plan, batch);
   }
 
-  /** {@code plan}, its wmobs functions told the micro-batch it is planned for. */
+  /**
+   * {@code plan}, its wmobs functions told the micro-batch it is planned for: a function used
+   * in several places stays one (Catalyst matches wmobs' functions by identity).
+   */
   static LogicalPlan told(LogicalPlan plan, MicroBatch batch) {
+    Map<Expression, Expression> done = new IdentityHashMap<>();
     return (LogicalPlan)
         plan.transformAllExpressions(
             new scala.runtime.AbstractPartialFunction<Expression, Expression>() {
@@ -82,7 +89,7 @@ public final class QueryCheckpoint extends Rule<LogicalPlan> {
 
               @Override
               public Expression apply(Expression e) {
-                return ((MicroBatch.Told) e).told(batch);
+                return done.computeIfAbsent(e, f -> ((MicroBatch.Told) f).told(batch));
               }
             });
   }

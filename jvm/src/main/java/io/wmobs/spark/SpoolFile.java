@@ -16,9 +16,9 @@ import org.apache.spark.TaskContext;
  * A Parquet output file that a task writes whole before it is stored once ({@link
  * DeadLetterWriter}), so that an object store never sees a partial file: in memory up to
  * {@code inMemory} bytes, then in a file of the executor's local directories (Spark's own,
- * where it spills shuffles and sorts, removed with the executor), so a task that drops a
- * backlog's rows holds at most that much of them on the heap, and its file has no size limit
- * but the disk's. {@link #close} removes the local file.
+ * where it spills shuffles and sorts), so a task that drops a backlog's rows holds at most
+ * that much of its file on the heap (beside the Parquet writer's row group), and the file has
+ * no size limit but the disk's. {@link #close} removes the local file (when the task ends).
  */
 final class SpoolFile implements OutputFile, Closeable {
   /** What a task's dead letters may take on the heap before they go to a local file. */

@@ -320,9 +320,11 @@ public final class Substreams {
 
     void check() {
       org.apache.spark.TaskContext task = org.apache.spark.TaskContext.get();
-      if (task == null || task.getLocalProperty(MicroBatch.QUERY_ID) == null) {
-        return; // (a foreachBatch function's job over Connect: QueryCheckpoint looked)
-      }
+      if (task == null
+          || (checkpoint.configured().isEmpty()
+              && task.getLocalProperty(MicroBatch.QUERY_ID) == null)) {
+        return; // no checkpoint known here (a foreachBatch function's job over Connect):
+      } // QueryCheckpoint looked as it planned the micro-batch
       String root = checkpoint.in(task) + "/" + files;
       String key = root + "\n" + task.getLocalProperty("sql.streaming.queryId");
       if (ABSENT.contains(key)) {
