@@ -2,7 +2,8 @@
 Spark has: the micro-batch runs again on restart, and its counts are reported once, whether
 the sink skips it (the file sink; a ``foreachBatch`` that skips batches it has seen, as Delta's
 sink does by its transaction version) or runs it again (an at-least-once sink, here one that
-writes on a thread of its own, which the JVM engine's tasks need no local properties of). Spark's
+writes on a thread of its own, which the JVM engine's tasks need no local properties of; the
+Python engine's sink writes on a ``pyspark.InheritableThread``, which hands them on). Spark's
 checkpoint (and the counts kept beside it) on a local directory, and on ``s3a://`` on moto's
 S3 server."""
 
@@ -122,23 +123,13 @@ def policed(
         if sink == "foreachBatch skipping" and batch_id in seen:
             return
         write = df.write.mode("overwrite")
-        if sink == "foreachBatch skipping" or storage is not None:
+        if engine == "python":  # on a thread that inherits the query's local properties
+            on_thread(lambda: write.parquet(str(out / f"batch_id={batch_id}")), inherit=True)
+        elif sink == "foreachBatch skipping" or storage is not None:
             write.parquet(str(out / f"batch_id={batch_id}"))
         else:  # on a thread of its own, without the query's local properties: the JVM engine,
             # its dead letters written by the JVM (a Storage of the policy's hands them to Python)
-            failed: list[BaseException] = []
-
-            def on_thread() -> None:
-                try:
-                    write.parquet(str(out / f"batch_id={batch_id}"))
-                except BaseException as exc:
-                    failed.append(exc)
-
-            thread = threading.Thread(target=on_thread)
-            thread.start()
-            thread.join()
-            if failed:
-                raise failed[0]
+            on_thread(lambda: write.parquet(str(out / f"batch_id={batch_id}")), inherit=False)
         seen.add(batch_id)
         if on_batch is not None:
             on_batch(batch_id)
@@ -158,6 +149,27 @@ def policed(
         return writer.foreachBatch(write_batch).start()
 
     return policy, start, given
+
+
+def on_thread(action: Callable[[], None], *, inherit: bool) -> None:
+    """``action`` on a thread of its own, as a ``foreachBatch`` function may write (two writes
+    side by side), waited for; ``inherit``: a ``pyspark.InheritableThread``, which hands it
+    the caller's local properties (those of the query's micro-batch)."""
+    from pyspark import InheritableThread
+
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = InheritableThread(target=run) if inherit else threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
 
 
 def counted_once(
