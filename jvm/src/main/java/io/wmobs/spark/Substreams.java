@@ -323,8 +323,10 @@ public final class Substreams {
       if (task == null
           || (checkpoint.configured().isEmpty()
               && task.getLocalProperty(MicroBatch.QUERY_ID) == null)) {
-        return; // no checkpoint known here (a foreachBatch function's job over Connect):
-      } // QueryCheckpoint looked as it planned the micro-batch
+        // No checkpoint known here (a foreachBatch function's job over Spark Connect):
+        // QueryCheckpoint looked as it planned the micro-batch.
+        return;
+      }
       String root = checkpoint.in(task) + "/" + files;
       String key = root + "\n" + task.getLocalProperty("sql.streaming.queryId");
       if (ABSENT.contains(key)) {
