@@ -303,7 +303,13 @@ public final class DeadLetterWriter implements Serializable {
     TaskFile(java.util.function.UnaryOperator<String> property, Configuration conf)
         throws IOException {
       String batch = property.apply(MicroBatch.BATCH_ID);
-      batchId = batch == null ? -1 : Long.parseLong(batch);
+      if (batch == null) { // its file would be another task's, under batch_id=-1
+        throw new IllegalStateException(
+            "wmobs: a policy's dead letters were written in a task that Spark ran without its"
+                + " streaming micro-batch (its plan was not planned by a streaming query with"
+                + " wmobs' extension in the session), so where they belong is not known");
+      }
+      batchId = Long.parseLong(batch);
       query = property.apply(MicroBatch.QUERY_ID);
       appended = new GenericInternalRow(new Object[] {null, UTF8String.fromString(policy), batchId});
       writer =
