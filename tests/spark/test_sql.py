@@ -5,6 +5,7 @@ Python API's metrics, dead letters and errors."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import wmobs
 from wmobs import TimePolicy
+from wmobs.testing import iso
 
 from ._streaming import start_kept, wait_until, write_rows
 from .test_policy_spark import (
@@ -222,3 +224,53 @@ def test_sql_errors_name_the_input(spark: Any, call: str, error: str) -> None:
     spark.range(3).createOrReplaceTempView("batch_events")
     with pytest.raises(Exception, match=error):
         spark.sql(f"SELECT * FROM {call}").collect()
+
+
+@pytest.mark.parametrize(
+    "keys", ["", ", substream_by => 'deviceId', substream_ttl => '1 hour'"], ids=["global", "keys"]
+)
+def test_an_idle_timeout_from_sql_closes_a_quiet_window(
+    spark: Any, tmp_path: Path, keys: str
+) -> None:
+    """SQL's idle timeout, whose heartbeat the extension plans itself (not the Python API's
+    plan): one event, then silence. Its 3-second window, grouped in SQL after the policy, is
+    emitted with exactly its row once the input is quiet for a second, the firing counted; the
+    heartbeat is a source of the query; per device too (with ``substream_ttl``)."""
+    from wmobs.policy._jvm._extension import load
+
+    from ._streaming import firings
+
+    load(spark)
+    now = time.time()
+    write_rows(tmp_path / "in", "0", [{"EventTime": iso(now - 60), "deviceId": "A", "v": 7}])
+    stream = spark.readStream.schema("EventTime TIMESTAMP, deviceId STRING, v LONG")
+    stream.json(str(tmp_path / "in")).createOrReplaceTempView("quiet_events")
+    windows = spark.sql(
+        f"""SELECT window.start AS s, deviceId, count(*) AS n, sum(v) AS total
+            FROM wmobs_time_policy(TABLE(quiet_events), event_time => 'EventTime',
+                 late_arrival => '10 minutes', idle_timeout => '1 second',
+                 name => 'sql_idle'{keys})
+            GROUP BY window(system_timestamp, '3 seconds'), deviceId"""
+    )
+    with wmobs.attach(spark, prometheus_port=None) as monitor:
+        query = (
+            windows.writeStream.queryName("sql_idle_q")
+            .format("memory")
+            .outputMode("append")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        try:
+            wait_until(
+                lambda: spark.sql("SELECT * FROM sql_idle_q").count() > 0,
+                timeout=90,
+                what="the quiet window",
+            )
+            wait_until(lambda: firings(monitor, "sql_idle_q") >= 1, what="the firing")
+            rows = spark.sql("SELECT deviceId, n, total FROM sql_idle_q").collect()
+            sources = [s["description"] for s in (query.lastProgress or {}).get("sources", [])]
+        finally:
+            query.stop()
+    assert [(r.deviceId, r.n, r.total) for r in rows] == [("A", 1, 7)]
+    assert any("IdleHeartbeat" in s for s in sources), sources
