@@ -62,7 +62,9 @@ def kill_one_executor_mid_stream(
 ) -> dict[str, Any]:
     """A stream of ``files`` micro-batches with every kind of dropped row, dead-lettered, its
     checkpoint at ``checkpoint`` (``s3a://``); one executor is killed (SIGKILL) after the third
-    micro-batch."""
+    micro-batch. Per device: the keys' state in Spark's state store and the shuffle by key, whose
+    map output the killed executor takes with it (its tasks run again, each row's place in its
+    input partition taken again as before)."""
     source, sink, dead = work / "kill-in", work / "kill-out", work / "kill-dead"
     rows_in = 0
     for f in range(files):
@@ -72,10 +74,10 @@ def kill_one_executor_mid_stream(
             event = ts("12:10") if i % 5 else None  # every fifth: invalid time
             if i % 7 == 0:
                 event = ts("12:30")  # 20 minutes early: dropped
-            rows.append({"id": n, "ts": event, "arr": ts("12:10")})
+            rows.append({"id": n, "ts": event, "arr": ts("12:10"), "dev": n % 4})
         write_rows(source, f"part-{f:03d}", rows)
         rows_in += len(rows)
-    policy = TimePolicy(event_time="ts", arrival_time="arr", name="kill")
+    policy = TimePolicy(event_time="ts", arrival_time="arr", substream_by=["dev"], name="kill")
     killed: list[int] = []
     kill_now = threading.Event()
 
@@ -87,7 +89,7 @@ def kill_one_executor_mid_stream(
     with wmobs.attach(
         spark, meter_provider=MeterProvider(metric_readers=[reader]), on_progress=on_progress
     ) as monitor:
-        stream = spark.readStream.schema("id INT, ts STRING, arr TIMESTAMP")
+        stream = spark.readStream.schema("id INT, ts STRING, arr TIMESTAMP, dev INT")
         out = policy.apply(
             stream.option("maxFilesPerTrigger", 1).json(str(source)),
             checkpoint_location=checkpoint,
@@ -106,6 +108,7 @@ def kill_one_executor_mid_stream(
         os.kill(pids[0], signal.SIGKILL)
         killed.append(pids[0])
         query.processAllAvailable()
+        operators = [o["operatorName"] for o in query.lastProgress["stateOperators"]]
         query.stop()
         wait_until(lambda: (s := monitor.snapshot("kill")) is not None and not s.active)
         snap = monitor.snapshot("kill")
@@ -129,6 +132,7 @@ def kill_one_executor_mid_stream(
         "dead_letter_counter": policy.dead_letter_rows,
         "dropped_counters": dropped,
         "input_rows_counter": snap.input_rows,
+        "state_operators": operators,
     }
 
 
