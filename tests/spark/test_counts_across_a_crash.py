@@ -304,14 +304,15 @@ def test_a_stop_after_the_sinks_commit_counts_once(
 
 
 def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_path: Path) -> None:
-    """A union of two policed inputs, crashed as above with the file sink: each policy's kept
-    counts are read back for the micro-batch the sink skips."""
+    """A union of two policed inputs, one global, one per key (its keys in Spark's state
+    store), crashed as above with the file sink: each policy's kept counts are read back for
+    the micro-batch the sink skips."""
     checkpoint = str(tmp_path / "ckpt")
     now = time.time()
     policies = [
         TimePolicy(arrival_time="ArrivalTime", late_arrival="5 minutes", out_of_order="1 hour",
-                   name=name, engine="jvm")
-        for name in ("left", "right")
+                   name=name, engine="jvm", substream_by=keys)
+        for name, keys in (("left", None), ("right", ["id"]))
     ]  # fmt: skip
 
     def start() -> Any:
@@ -347,6 +348,7 @@ def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_pat
         (tmp_path / "ckpt" / "commits" / "1").unlink()
         query = start()
         query.processAllAvailable()
+        operators = [o["operatorName"] for o in query.lastProgress["stateOperators"]]
         query.stop()
         wait_until(
             lambda: stopped(monitor, "crash_two") == 1, what="the listener seeing the query stop"
@@ -357,3 +359,4 @@ def test_two_policies_of_one_query_count_once_across_a_crash(spark: Any, tmp_pat
         counts = snap.policy(policy.state_name)
         assert counts is not None
         assert {k: v for k, v in counts.events.items() if v} == expected(2), policy.name
+    assert len(operators) == 1  # the per-key policy's
