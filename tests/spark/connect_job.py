@@ -270,8 +270,25 @@ def with_extension() -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="wmobs-connect-"))
     result = {"session": type(spark).__module__, **worked_example(spark, work)}
     result["idle"] = idle_and_dead_letters(spark, work)
+    result["unwritable"] = unwritable_dead_letters(spark, work)
     spark.stop()
     return result
+
+
+def unwritable_dead_letters(spark: Any, work: Path) -> str:
+    """The error of ``apply`` for dead letters the server cannot write (a local directory under
+    ``/proc``): as in a classic session, at ``apply``, not at the first dropped row."""
+    from wmobs import StorageError, TimePolicy
+
+    (work / "unwritable_in").mkdir()
+    stream = spark.readStream.schema("EventTime TIMESTAMP, deviceId STRING")
+    stream = stream.json(str(work / "unwritable_in"))
+    policy = TimePolicy(event_time="EventTime", arrival_time=None, name="unwritable", engine="jvm")
+    try:
+        policy.apply(stream, dead_letter="/proc/wmobs-dead")
+    except StorageError as refused:
+        return f"StorageError: {refused}"
+    return "accepted"
 
 
 def main() -> None:

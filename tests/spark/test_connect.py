@@ -74,3 +74,7 @@ def test_the_jvm_engine_over_spark_connect() -> None:
         "dead_letter_files_rows": 1,
         "dead_letter_batches": [0],  # its micro-batch's id, not -1 (none known)
     }
+    # Dead letters the server cannot write: an error naming them at apply, as in a classic
+    # session (the server checks them as it analyses the plan).
+    assert result["unwritable"].startswith("StorageError: dead_letter: "), result["unwritable"]
+    assert "/proc/wmobs-dead" in result["unwritable"]

@@ -67,11 +67,16 @@ def _checked_by_hadoop(plan: Callable[[], DataFrame]) -> DataFrame:
     directory (``DeadLetterWriter.reachable``) and that Spark's Parquet writer takes every
     column: its errors as the Python engine's, a :class:`~wmobs.StorageError` naming
     ``dead_letter``, or a ``TypeError`` naming the columns (a classic session analyses the plan
-    here; over Spark Connect the check's error comes when the query starts)."""
+    here; over Spark Connect it is analysed here too, one request, for the same errors at the
+    same place)."""
+    from wmobs._spark import is_connect
     from wmobs.policy._storage import StorageError
 
     try:
-        return plan()
+        planned = plan()
+        if is_connect(planned.sparkSession):
+            planned.schema  # noqa: B018 - the server analyses the plan, its checks with it
+        return planned
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         marker = "wmobs: "
