@@ -62,9 +62,10 @@ def kill_one_executor_mid_stream(
 ) -> dict[str, Any]:
     """A stream of ``files`` micro-batches with every kind of dropped row, dead-lettered, its
     checkpoint at ``checkpoint`` (``s3a://``); one executor is killed (SIGKILL) after the third
-    micro-batch. Per device: the keys' state in Spark's state store and the shuffle by key, whose
-    map output the killed executor takes with it (its tasks run again, each row's place in its
-    input partition taken again as before)."""
+    micro-batch. Two policies of one query over the same files: a global one, and one per
+    device, whose keys' state the executor left loads again from the checkpoint."""
+    from pyspark.sql import functions as F
+
     source, sink, dead = work / "kill-in", work / "kill-out", work / "kill-dead"
     rows_in = 0
     for f in range(files):
@@ -77,7 +78,10 @@ def kill_one_executor_mid_stream(
             rows.append({"id": n, "ts": event, "arr": ts("12:10"), "dev": n % 4})
         write_rows(source, f"part-{f:03d}", rows)
         rows_in += len(rows)
-    policy = TimePolicy(event_time="ts", arrival_time="arr", substream_by=["dev"], name="kill")
+    policies = [
+        TimePolicy(event_time="ts", arrival_time="arr", name="kill"),
+        TimePolicy(event_time="ts", arrival_time="arr", substream_by=["dev"], name="kill_keys"),
+    ]
     killed: list[int] = []
     kill_now = threading.Event()
 
@@ -85,18 +89,23 @@ def kill_one_executor_mid_stream(
         if batch.batch_id == 2:
             kill_now.set()
 
-    reader = InMemoryMetricReader()
-    with wmobs.attach(
-        spark, meter_provider=MeterProvider(metric_readers=[reader]), on_progress=on_progress
-    ) as monitor:
+    def judged(policy: TimePolicy) -> Any:
         stream = spark.readStream.schema("id INT, ts STRING, arr TIMESTAMP, dev INT")
         out = policy.apply(
             stream.option("maxFilesPerTrigger", 1).json(str(source)),
             checkpoint_location=checkpoint,
             dead_letter=DeadLetter(dead.name),  # relative: the driver's working directory
         )
+        return out.select("id", F.lit(policy.name).alias("policy"))
+
+    reader = InMemoryMetricReader()
+    with wmobs.attach(
+        spark, meter_provider=MeterProvider(metric_readers=[reader]), on_progress=on_progress
+    ) as monitor:
         query = (
-            out.writeStream.queryName("kill")
+            judged(policies[0])
+            .unionByName(judged(policies[1]))
+            .writeStream.queryName("kill")
             .format("parquet")
             .option("path", str(sink))
             .option("checkpointLocation", checkpoint)
@@ -113,24 +122,37 @@ def kill_one_executor_mid_stream(
         wait_until(lambda: (s := monitor.snapshot("kill")) is not None and not s.active)
         snap = monitor.snapshot("kill")
     assert snap is not None and query.exception() is None
-    kept = [r.id for r in spark.read.parquet(str(sink)).select("id").collect()]
+    kept = [(r.policy, r.id) for r in spark.read.parquet(str(sink)).collect()]
     dead_rows = ds.dataset(str(dead), format="parquet", partitioning="hive").to_table()
-    dead_ids = dead_rows.column("id").to_pylist()
-    policy = snap.policy()
-    assert policy is not None
-    dropped = sum(v for (_, action), v in policy.events.items() if action == "dropped")
+    dead_ids = list(
+        zip(
+            dead_rows.column("wmobs_policy").to_pylist(),
+            dead_rows.column("id").to_pylist(),
+            strict=True,
+        )
+    )
+    by_policy: dict[str, dict[str, int]] = {}
+    for policy in policies:
+        counts = snap.policy(policy.name)
+        assert counts is not None
+        by_policy[policy.name] = {
+            "dead": sum(1 for name, _ in dead_ids if name == policy.name),
+            "dead_letter_counter": counts.dead_letter_rows or 0,
+            "dropped_counters": sum(
+                v for (_, action), v in counts.events.items() if action == "dropped"
+            ),
+        }
     return {
         "executors_before": len(pids),
         "killed": killed,
         "executors_after": len(executor_pids(spark.sparkContext.applicationId)),
-        "rows_in": rows_in,
+        "rows_in": rows_in * len(policies),
         "kept": len(kept),
         "kept_unique": len(set(kept)),
         "dead": len(dead_ids),
         "dead_unique": len(set(dead_ids)),
         "overlap": len(set(kept) & set(dead_ids)),
-        "dead_letter_counter": policy.dead_letter_rows,
-        "dropped_counters": dropped,
+        "by_policy": by_policy,
         "input_rows_counter": snap.input_rows,
         "state_operators": operators,
     }
