@@ -17,7 +17,8 @@ import wmobs
 from wmobs import TimePolicy
 from wmobs.testing import iso
 
-from ._streaming import start_kept, wait_until, write_rows
+from ._streaming import firings, start_kept, wait_until, write_rows
+from .test_idle_spark import heartbeat_sources
 from .test_policy_spark import (
     GLOBAL_EXPECTED,
     SCHEMA,
@@ -238,8 +239,6 @@ def test_an_idle_timeout_from_sql_closes_a_quiet_window(
     heartbeat is a source of the query; per device too (with ``substream_ttl``)."""
     from wmobs.policy._jvm._extension import load
 
-    from ._streaming import firings
-
     load(spark)
     now = time.time()
     write_rows(tmp_path / "in", "0", [{"EventTime": iso(now - 60), "deviceId": "A", "v": 7}])
@@ -269,8 +268,8 @@ def test_an_idle_timeout_from_sql_closes_a_quiet_window(
             )
             wait_until(lambda: firings(monitor, "sql_idle_q") >= 1, what="the firing")
             rows = spark.sql("SELECT deviceId, n, total FROM sql_idle_q").collect()
-            sources = [s["description"] for s in (query.lastProgress or {}).get("sources", [])]
+            sources = heartbeat_sources(query)
         finally:
             query.stop()
     assert [(r.deviceId, r.n, r.total) for r in rows] == [("A", 1, 7)]
-    assert any("IdleHeartbeat" in s for s in sources), sources
+    assert any("IdleHeartbeat" in s for s in sources), sources  # the extension's heartbeat
